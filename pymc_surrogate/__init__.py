@@ -1,0 +1,16 @@
+"""pymc-surrogate: Hamiltonian Monte Carlo on cheap surrogates of expensive PyMC models.
+
+Every step method runs its trajectories on a numpy surrogate of the potential and
+corrects with the true model logp, so the chain targets the exact posterior.
+"""
+
+from pymc_surrogate.step_methods import ModelEvaluationError, SurrogateHMC, SurrogateStep
+
+__version__ = "0.1.0"
+
+# Every public step method, by name: tests and benchmarks are parametrised over it.
+STEP_METHODS: dict[str, type[SurrogateStep]] = {
+    "SurrogateHMC": SurrogateHMC,
+}
+
+__all__ = ["SurrogateHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]

@@ -1,0 +1,223 @@
+"""One Markov transition each: pure functions over explicit state.
+
+Every kernel here leaves the true posterior ``exp(-U)`` invariant once its inputs are
+fixed (surrogate, metric, step size), which is what keeps the samplers exact. Model
+evaluations go through the ``evaluate`` callback so the caller can count them and keep
+them as training data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_surrogate.core.integrator import Metric, ValueAndGrad, leapfrog
+from pymc_surrogate.core.jitter import jittered_trajectory
+from pymc_surrogate.core.metropolis import (
+    hamiltonian,
+    metropolis_accept,
+    surrogate_transition_log_ratio,
+)
+
+__all__ = [
+    "ChainPoint",
+    "TransitionInfo",
+    "Evaluate",
+    "exact_hmc_transition",
+    "surrogate_hmc_transition",
+    "surrogate_transition",
+    "differential_evolution_transition",
+]
+
+
+class ChainPoint(NamedTuple):
+    """A position with its true potential and (if known) gradient of the potential."""
+
+    q: np.ndarray
+    potential: float
+    grad: np.ndarray | None
+
+
+# q -> ChainPoint at q, from the true model (counted and recorded by the caller).
+Evaluate = Callable[[np.ndarray], ChainPoint]
+
+
+class TransitionInfo(NamedTuple):
+    """What a transition did, for stats and adaptation."""
+
+    point: ChainPoint
+    accepted: bool
+    accept_prob: float
+    adapt_stat: float  # the acceptance statistic the step size adapts on
+    diverging: bool
+    energy: float
+    energy_error: float
+    surrogate_energy_error: float
+    n_steps: int
+    step_size: float
+
+
+def _nan_to_inf(x: float) -> float:
+    return np.inf if np.isnan(x) else x
+
+
+def exact_hmc_transition(
+    current: ChainPoint,
+    evaluate_with_grad: Evaluate,
+    metric: Metric,
+    step_size: float,
+    path_length: float,
+    max_energy_error: float,
+    rng: np.random.Generator,
+) -> TransitionInfo:
+    """Plain HMC on the true potential; every leapfrog point is a model evaluation."""
+    eps, n_steps = jittered_trajectory(step_size, path_length, rng)
+    p0 = metric.random()
+    h0 = hamiltonian(current.potential, metric.energy(p0))
+    last: list[ChainPoint] = []
+
+    def true_field(q: np.ndarray) -> tuple[float, np.ndarray]:
+        point = evaluate_with_grad(q)
+        last[:] = [point]
+        return point.potential, point.grad
+
+    end = leapfrog(
+        current.q, p0, current.potential, current.grad, true_field, metric, eps, n_steps,
+        max_energy_range=max_energy_error,
+    )
+    h1 = hamiltonian(end.potential, metric.energy(end.p)) if end.finite else np.inf
+    error = _nan_to_inf(h1 - h0)
+    accepted, prob = metropolis_accept(-error, rng) if end.finite else (False, 0.0)
+    point = last[0] if accepted else current
+    return TransitionInfo(
+        point, accepted, prob, prob, not end.finite or error > max_energy_error,
+        h1 if accepted else h0, error, error, end.n_steps, eps,
+    )
+
+
+def surrogate_hmc_transition(
+    current: ChainPoint,
+    evaluate: Evaluate,
+    surrogate_value_and_grad: ValueAndGrad,
+    metric: Metric,
+    step_size: float,
+    path_length: float,
+    max_energy_error: float,
+    rng: np.random.Generator,
+) -> TransitionInfo:
+    """rns-hmc Algorithm 3: leapfrog on the surrogate, accept with the true Hamiltonian.
+
+    The true acceptance pays for both integration and surrogate error. A trajectory that
+    diverges on the surrogate is rejected without evaluating the model.
+    """
+    eps, n_steps = jittered_trajectory(step_size, path_length, rng)
+    p0 = metric.random()
+    kinetic0 = metric.energy(p0)
+    s_potential, s_grad = surrogate_value_and_grad(current.q)
+    end = leapfrog(
+        current.q, p0, s_potential, s_grad, surrogate_value_and_grad, metric, eps, n_steps,
+        max_energy_range=max_energy_error,
+    )
+    h0 = hamiltonian(current.potential, kinetic0)
+    if not end.finite:
+        return TransitionInfo(current, False, 0.0, 0.0, True, h0, np.inf, np.inf, end.n_steps, eps)
+    kinetic1 = metric.energy(end.p)
+    surrogate_error = _nan_to_inf((end.potential + kinetic1) - (s_potential + kinetic0))
+    proposal = evaluate(end.q)
+    h1 = hamiltonian(proposal.potential, kinetic1)
+    error = _nan_to_inf(h1 - h0)
+    accepted, prob = metropolis_accept(-error, rng)
+    return TransitionInfo(
+        proposal if accepted else current, accepted, prob, prob, error > max_energy_error,
+        h1 if accepted else h0, error, surrogate_error, end.n_steps, eps,
+    )
+
+
+def surrogate_transition(
+    current: ChainPoint,
+    evaluate: Evaluate,
+    surrogate_value_and_grad: ValueAndGrad,
+    metric: Metric,
+    step_size: float,
+    path_length: float,
+    max_energy_error: float,
+    n_inner: int,
+    rng: np.random.Generator,
+) -> TransitionInfo:
+    """Surrogate transition (Liu 2001 §9.4; delayed acceptance, Christen & Fox 2005).
+
+    ``n_inner`` HMC transitions exact for the surrogate density move ``x -> x'``; one true
+    evaluation at ``x'`` then corrects for the surrogate's error only, so the outer
+    acceptance measures how well the surrogate matches the posterior. If the inner chain
+    does not move, no model evaluation is needed.
+    """
+    s_start, s_grad = surrogate_value_and_grad(current.q)
+    q, s_potential = current.q, s_start
+    inner_probs, n_steps, diverged = [], 0, False
+    eps = step_size
+    energy = surrogate_error = 0.0
+    for _ in range(n_inner):
+        eps, length = jittered_trajectory(step_size, path_length, rng)
+        p0 = metric.random()
+        kinetic0 = metric.energy(p0)
+        end = leapfrog(
+            q, p0, s_potential, s_grad, surrogate_value_and_grad, metric, eps, length,
+            max_energy_range=max_energy_error,
+        )
+        n_steps += end.n_steps
+        if not end.finite:
+            diverged = True
+            inner_probs.append(0.0)
+            continue
+        kinetic1 = metric.energy(end.p)
+        surrogate_error = _nan_to_inf((end.potential + kinetic1) - (s_potential + kinetic0))
+        accepted, prob = metropolis_accept(-surrogate_error, rng)
+        inner_probs.append(prob)
+        if accepted:
+            q, s_potential, s_grad, energy = end.q, end.potential, end.grad, kinetic1
+        else:
+            energy = kinetic0
+    adapt_stat = float(np.mean(inner_probs))
+    if q is current.q:
+        h = hamiltonian(current.potential, energy)
+        return TransitionInfo(current, False, 1.0, adapt_stat, diverged, h, 0.0, surrogate_error, n_steps, eps)
+    proposal = evaluate(q)
+    log_ratio = surrogate_transition_log_ratio(
+        current.potential, proposal.potential, s_start, s_potential
+    )
+    accepted, prob = metropolis_accept(log_ratio, rng)
+    point = proposal if accepted else current
+    return TransitionInfo(
+        point, accepted, prob, adapt_stat, diverged, hamiltonian(point.potential, energy),
+        -log_ratio, surrogate_error, n_steps, eps,
+    )
+
+
+def differential_evolution_transition(
+    current: ChainPoint,
+    evaluate: Evaluate,
+    history: np.ndarray,
+    scale: float,
+    rng: np.random.Generator,
+) -> TransitionInfo:
+    """Gradient-free exploration: a differential-evolution (DE-MCz) random-walk step.
+
+    The jump ``gamma (z1 - z2)`` between two past states adapts the proposal to the
+    posterior's scale and correlations without any covariance estimate (ter Braak & Vrugt
+    2008). With fewer than three past states, an isotropic step of size ``scale / 10``.
+    The proposal is symmetric given the history, so Metropolis needs no Hastings term.
+    """
+    dim = current.q.shape[0]
+    if history.shape[0] >= 3:
+        i, j = rng.choice(history.shape[0], size=2, replace=False)
+        jump = scale * 2.38 / np.sqrt(2 * dim) * (history[i] - history[j])
+        jump += 1e-4 * scale * np.abs(jump).mean() * rng.standard_normal(dim)
+    else:
+        jump = 0.1 * scale * rng.standard_normal(dim)
+    proposal = evaluate(current.q + jump)
+    error = _nan_to_inf(proposal.potential - current.potential)
+    accepted, prob = metropolis_accept(-error, rng)
+    point = proposal if accepted else current
+    return TransitionInfo(point, accepted, prob, prob, False, point.potential, error, np.nan, 0, scale)

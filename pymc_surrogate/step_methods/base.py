@@ -1,0 +1,466 @@
+"""The PyMC glue shared by every surrogate step method."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.progress import TextColumn
+from rich.table import Column
+
+from pymc.blocking import RaveledVars
+from pymc.exceptions import SamplingError
+from pymc.model import modelcontext
+from pymc.stats.convergence import SamplerWarning, WarningType
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence, StepMethodState
+from pymc.step_methods.hmc.quadpotential import (
+    QuadPotentialDiag,
+    QuadPotentialDiagAdapt,
+    QuadPotentialFull,
+)
+from pymc.step_methods.state import dataclass_state
+from pymc.step_methods.step_sizes import DualAverageAdaptation
+from pymc.util import get_random_generator, get_value_vars_from_user_vars
+from pymc.vartypes import continuous_types
+
+from pymc_surrogate.core.transitions import (
+    ChainPoint,
+    TransitionInfo,
+    differential_evolution_transition,
+    exact_hmc_transition,
+)
+from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
+from pymc_surrogate.step_methods.training_set import TrainingSet
+from pymc_surrogate.surrogates.whitening import Whitening
+
+__all__ = ["SurrogateStep", "ChainState"]
+
+
+@dataclass
+class ChainState:
+    """Everything one chain learns: with ``cores=1`` PyMC reuses the step object for every
+    chain and restores only ``_state_class`` fields, so all of it lives here."""
+
+    training: TrainingSet
+    metric: Any
+    step_adapt: DualAverageAdaptation
+    explore_adapt: DualAverageAdaptation
+    positions: list = field(default_factory=list)  # chain states during tune (for scale)
+    current: ChainPoint | None = None
+    current_key: bytes | None = None
+    surrogate: Any = None
+    whitening: Whitening | None = None
+    frozen: bool = False
+    iteration: int = 0
+    last_fit_size: int = 0
+    n_fits: int = 0
+    total_logp_evals: int = 0
+    total_grad_evals: int = 0
+    draw_divergences: int = 0
+    explore_history: np.ndarray | None = None  # frozen DE history when exploring in draws
+
+
+@dataclass_state
+class SurrogateStepState(StepMethodState):
+    tune: bool
+    chain: Any
+
+
+class SurrogateStep(ArrayStepShared):
+    """Base class: compiles the true model, runs exploration, keeps training data.
+
+    Subclasses choose a surrogate (``_make_surrogate``, ``_fit_surrogate``) and the
+    transition that uses it (``_surrogate_step``). See ``SurrogateHMC`` for the parameters.
+    """
+
+    name = "surrogate_step"
+    default_blocked = True
+    _state_class = SurrogateStepState
+
+    stats_dtypes_shapes = {
+        "accept": (np.float64, []),
+        "accepted": (np.float64, []),
+        "diverging": (bool, []),
+        "energy": (np.float64, []),
+        "energy_error": (np.float64, []),
+        "surrogate_energy_error": (np.float64, []),
+        "step_size": (np.float64, []),
+        "n_steps": (np.int64, []),
+        "model_logp": (np.float64, []),
+        "model_evals": (np.int64, []),
+        "gradient_evals": (np.int64, []),
+        "total_model_evals": (np.int64, []),
+        "total_gradient_evals": (np.int64, []),
+        "training_size": (np.int64, []),
+        "uses_surrogate": (bool, []),
+        "surrogate_fits": (np.int64, []),
+        "divergences": (np.int64, []),
+        "perf_counter_diff": (np.float64, []),
+        "perf_counter_start": (np.float64, []),
+        "warning": (SamplerWarning, None),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        target_accept: float = 0.8,
+        path_length: float = 1.5,
+        dense_mass: bool = False,
+        explore_steps: int | str = "auto",
+        max_energy_error: float = 1000.0,
+        use_gradient: bool | None = None,
+        model=None,
+        blocked: bool = True,
+        rng=None,
+        initial_point: dict | None = None,
+        compile_kwargs: dict | None = None,
+        **kwargs,
+    ):
+        model = modelcontext(model)
+        if vars is None:
+            vars = model.continuous_value_vars
+        else:
+            vars = get_value_vars_from_user_vars(vars, model)
+        discrete = [v.name for v in vars if v.dtype not in continuous_types]
+        if discrete:
+            raise ValueError(
+                f"{type(self).__name__} samples continuous variables only, but "
+                f"{', '.join(discrete)} {'is' if len(discrete) == 1 else 'are'} discrete. "
+                "Assign discrete variables to another step, e.g. "
+                f"pm.sample(step=[{type(self).__name__}([...continuous...]), pm.Metropolis([...])])."
+            )
+        if kwargs:
+            raise TypeError(f"Unexpected arguments for {type(self).__name__}: {sorted(kwargs)}.")
+        _check_open_unit("target_accept", target_accept)
+        _check_positive("path_length", path_length)
+        _check_positive("max_energy_error", max_energy_error)
+        if explore_steps != "auto" and (
+            not isinstance(explore_steps, int | np.integer) or explore_steps < 0
+        ):
+            raise ValueError(
+                f"explore_steps must be a non-negative integer or 'auto'; got {explore_steps!r}."
+            )
+
+        if initial_point is None:
+            initial_point = model.initial_point()
+        self._model = model
+        self.functions = ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs)
+        self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self.target_accept = target_accept
+        self.path_length = path_length
+        self.dense_mass = dense_mass
+        self.max_energy_error = max_energy_error
+        self.explore_steps = (
+            self._default_explore_steps() if explore_steps == "auto" else int(explore_steps)
+        )
+        self.tune = True
+        super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
+        self.chain = self._new_chain()
+
+    # -------------------------------------------------------------- settings
+    @property
+    def has_gradient(self) -> bool:
+        return self.functions.has_gradient
+
+    def _default_explore_steps(self) -> int:
+        # Exact HMC gathers d+1 equations at every leapfrog point, so a short run gives
+        # a good fit; a random walk gives one equation a step and mixes slowly.
+        if self.functions.has_gradient:
+            return 150
+        return int(max(300, 30 * self.dim))
+
+    def _min_training_points(self) -> int:
+        return 2 * self.dim + 10 if self.has_gradient else 4 * self.dim + 20
+
+    # ----------------------------------------------------------- chain state
+    def _new_chain(self) -> ChainState:
+        initial_step = 0.25 / self.dim**0.25
+        metric = QuadPotentialDiagAdapt(
+            self.dim, np.zeros(self.dim), np.ones(self.dim), 10, rng=self.rng.spawn(1)[0]
+        )
+        return ChainState(
+            training=TrainingSet(self.dim),
+            metric=metric,
+            step_adapt=self._step_size_adaptation(initial_step),
+            explore_adapt=DualAverageAdaptation(1.0, 0.3, 0.05, 0.75, 10),
+        )
+
+    def _step_size_adaptation(self, initial_step: float) -> DualAverageAdaptation:
+        """PyMC's dual averaging toward ``target_accept``, with NUTS's settings."""
+        return DualAverageAdaptation(initial_step, self.target_accept, 0.05, 0.75, 10)
+
+    def reset_tuning(self, start=None):
+        self.chain = self._new_chain()
+
+    def set_rng(self, rng):
+        # pm.sample hands each chain its own generator; every child stream must follow it,
+        # or chains would share the metric's momentum draws.
+        self.rng = get_random_generator(rng, copy=False)
+        self.chain.metric.set_rng(self.rng.spawn(1)[0])
+
+    def stop_tuning(self):
+        self.tune = False
+        chain = self.chain
+        if chain.frozen:
+            return
+        chain.frozen = True
+        if chain.surrogate is None and not self._enough_data(chain):
+            chain.explore_history = self._explore_history(chain)
+            warnings.warn(
+                f"{type(self).__name__}: tuning ended after {chain.iteration} iterations with "
+                f"{len(chain.training)} training points, too few to fit a surrogate "
+                f"(need {self._min_training_points()} and {self.explore_steps} exploration "
+                "steps). The draws use the exact exploration kernel instead, which is correct "
+                "but costs more model evaluations. Increase `tune`.",
+                UserWarning,
+                stacklevel=2,
+            )
+            return
+        self._refit(chain, final=True)
+        chain.step_adapt = self._step_size_adaptation(chain.step_adapt.current(False))
+
+    # --------------------------------------------------------------- the step
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
+        start = time.perf_counter()
+        chain = self.chain
+        q = q0.data.astype(np.float64, copy=False)
+        logp_before, grad_before = chain.total_logp_evals, chain.total_grad_evals
+        current = self._current_point(chain, q)
+
+        if chain.surrogate is None:
+            info = self._explore_step(chain, current)
+        else:
+            info = self._surrogate_step(chain, current)
+
+        adapting = self.tune and not chain.frozen
+        if adapting:
+            chain.step_adapt.update(info.adapt_stat, True)
+            if chain.surrogate is None:
+                if self.has_gradient:
+                    chain.metric.update(info.point.q, info.point.grad, True)
+                else:
+                    chain.explore_adapt.update(info.adapt_stat, True)
+            chain.positions.append(info.point.q)
+            self._after_tune_iteration(chain)
+        chain.iteration += 1
+        chain.current = info.point
+        chain.current_key = self._key(info.point.q)
+
+        warning = None
+        if info.diverging and not self.tune:
+            chain.draw_divergences += 1
+            warning = SamplerWarning(
+                WarningType.DIVERGENCE,
+                "Energy error above max_energy_error or a non-finite energy.",
+                "debug",
+                chain.iteration,
+            )
+        stats = {
+            "accept": info.accept_prob,
+            "accepted": float(info.accepted),
+            "diverging": bool(info.diverging),
+            "energy": info.energy,
+            "energy_error": info.energy_error,
+            "surrogate_energy_error": info.surrogate_energy_error,
+            "step_size": info.step_size,
+            "n_steps": info.n_steps,
+            "model_logp": -info.point.potential,
+            "model_evals": chain.total_logp_evals - logp_before,
+            "gradient_evals": chain.total_grad_evals - grad_before,
+            "total_model_evals": chain.total_logp_evals,
+            "total_gradient_evals": chain.total_grad_evals,
+            "training_size": len(chain.training),
+            "uses_surrogate": chain.surrogate is not None,
+            "surrogate_fits": chain.n_fits,
+            "divergences": chain.draw_divergences,
+            "perf_counter_diff": time.perf_counter() - start,
+            "perf_counter_start": start,
+            "warning": warning,
+        }
+        return RaveledVars(info.point.q, q0.point_map_info), [stats]
+
+    # ------------------------------------------------------- model evaluation
+    def _key(self, q: np.ndarray) -> bytes:
+        # Inside a CompoundStep other blocks change between our steps: the cached logp
+        # is only valid for the same q *and* the same values of everything else.
+        parts = [q.tobytes()]
+        parts += [np.asarray(s.get_value(borrow=True)).tobytes() for s in self.shared.values()]
+        return b"".join(parts)
+
+    def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
+        key = self._key(q)
+        if chain.current is not None and chain.current_key == key:
+            return chain.current
+        point = self._evaluate(chain, q, with_grad=self.has_gradient and not chain.frozen)
+        if not np.isfinite(point.potential):
+            raise SamplingError(
+                f"{type(self).__name__}: the model's logp is {-point.potential} at the "
+                "starting point of the chain. Check the initial values (model.debug(), "
+                "model.point_logps()) or pass `initvals` to pm.sample."
+            )
+        return point
+
+    def _evaluate(self, chain: ChainState, q: np.ndarray, with_grad: bool) -> ChainPoint:
+        """Evaluate the true model at ``q``, count it, and keep it as training data."""
+        q = np.array(q, dtype=np.float64)
+        try:
+            if with_grad:
+                logp, grad = self.functions.logp_and_grad(q)
+                chain.total_grad_evals += 1
+                potential, grad_u = -logp, -grad
+            else:
+                logp = self.functions.logp(q)
+                potential, grad_u = -logp, None
+        except Exception as err:
+            raise ModelEvaluationError(
+                f"{type(self).__name__}: the model's logp raised at sampler iteration "
+                f"{chain.iteration} ({'tune' if self.tune else 'draw'} phase) "
+                f"at q = {np.array2string(q, precision=4, threshold=8)}: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        chain.total_logp_evals += 1
+        if np.isnan(potential):
+            potential = np.inf  # NaN logp is a rejection, like -inf
+        if self._keeps_training_data(chain) and np.isfinite(potential):
+            chain.training.append(q, potential, grad_u)
+        return ChainPoint(q, potential, grad_u)
+
+    def _keeps_training_data(self, chain: ChainState) -> bool:
+        return not chain.frozen
+
+    # ------------------------------------------------------------ exploration
+    def _explore_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
+        """Exact kernels used before a surrogate exists: HMC, or DE-MCz without gradients."""
+        if self.has_gradient:
+            if current.grad is None:
+                current = self._evaluate(chain, current.q, with_grad=True)
+            return exact_hmc_transition(
+                current,
+                lambda q: self._evaluate(chain, q, with_grad=True),
+                chain.metric,
+                chain.step_adapt.current(self.tune and not chain.frozen),
+                self.path_length,
+                self.max_energy_error,
+                self.rng,
+            )
+        history = chain.explore_history
+        if history is None:
+            history = self._explore_history(chain)
+        return differential_evolution_transition(
+            current,
+            lambda q: self._evaluate(chain, q, with_grad=False),
+            history,
+            chain.explore_adapt.current(self.tune and not chain.frozen),
+            self.rng,
+        )
+
+    @staticmethod
+    def _explore_history(chain: ChainState) -> np.ndarray:
+        # The second half of the path: past the initial transient, like PyMC's DEMetropolisZ
+        # drawing from its tuning history.
+        positions = chain.positions[len(chain.positions) // 2 :]
+        return np.array(positions) if positions else np.zeros((0, chain.training.dim))
+
+    # ------------------------------------------------------------- surrogate
+    def _enough_data(self, chain: ChainState) -> bool:
+        return (
+            chain.iteration >= self.explore_steps
+            and len(chain.training) >= self._min_training_points()
+        )
+
+    def _after_tune_iteration(self, chain: ChainState) -> None:
+        if chain.surrogate is None:
+            if self._enough_data(chain):
+                self._refit(chain, final=False)
+                if chain.surrogate is not None:
+                    chain.step_adapt = self._step_size_adaptation(chain.step_adapt.current(True))
+        elif len(chain.training) >= self._refit_growth * max(chain.last_fit_size, 1):
+            self._refit(chain, final=False)
+
+    _refit_growth = 1.5
+
+    def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
+        positions = np.array(chain.positions[len(chain.positions) // 2 :])
+        if positions.shape[0] < 2:
+            positions = chain.training.positions
+        return Whitening.from_samples(positions, dense=dense and positions.shape[0] > self.dim)
+
+    def _refit(self, chain: ChainState, final: bool) -> None:
+        """Re-estimate the posterior scale, the mass matrix and the surrogate."""
+        chain.whitening = self._posterior_scale(chain, dense=True)
+        scale = chain.whitening if self.dense_mass else self._posterior_scale(chain, dense=False)
+        rng = self.rng.spawn(1)[0]
+        if scale.dense:
+            chain.metric = QuadPotentialFull(scale.covariance, rng=rng)
+        else:
+            chain.metric = QuadPotentialDiag(scale.covariance, rng=rng)
+        try:
+            surrogate = self._fit_surrogate(chain)
+        except (np.linalg.LinAlgError, ValueError) as err:
+            warnings.warn(f"{type(self).__name__}: surrogate fit failed ({err}); keeping the "
+                          "previous kernel.", UserWarning, stacklevel=3)
+            return
+        if surrogate is not None:
+            chain.surrogate = surrogate
+            chain.last_fit_size = len(chain.training)
+            chain.n_fits += 1
+
+    def _fit_surrogate(self, chain: ChainState):
+        raise NotImplementedError
+
+    def _surrogate_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ PyMC hooks
+    @staticmethod
+    def competence(var, has_grad):
+        if var.dtype in continuous_types:
+            return Competence.COMPATIBLE
+        return Competence.INCOMPATIBLE
+
+    @staticmethod
+    def _progressbar_config(n_chains=1):
+        columns = [
+            TextColumn("{task.fields[accept]:0.2f}", table_column=Column("Accept", ratio=1)),
+            TextColumn("{task.fields[step_size]:0.3f}", table_column=Column("Step size", ratio=1)),
+            TextColumn("{task.fields[training_size]}", table_column=Column("Train size", ratio=1)),
+            TextColumn("{task.fields[total_model_evals]}", table_column=Column("Model evals", ratio=1)),
+            TextColumn("{task.fields[divergences]}", table_column=Column("Divergences", ratio=1)),
+        ]
+        stats = {
+            "accept": [0.0] * n_chains,
+            "step_size": [0.0] * n_chains,
+            "training_size": [0] * n_chains,
+            "total_model_evals": [0] * n_chains,
+            "divergences": [0] * n_chains,
+        }
+        return columns, stats
+
+    @staticmethod
+    def _make_progressbar_update_functions():
+        def update_stats(stats):
+            return {
+                "accept": stats["accept"],
+                "step_size": stats["step_size"],
+                "training_size": stats["training_size"],
+                "total_model_evals": stats["total_model_evals"],
+                "divergences": stats["divergences"],
+                "failing": stats["divergences"] > 0,
+            }
+
+        return (update_stats,)
+
+
+def _check_positive(name: str, value) -> None:
+    if not (np.isscalar(value) and np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number; got {value!r}.")
+
+
+def _check_open_unit(name: str, value) -> None:
+    if not (np.isscalar(value) and 0 < value < 1):
+        raise ValueError(f"{name} must lie strictly between 0 and 1; got {value!r}.")

@@ -1,0 +1,154 @@
+"""SurrogateHMC: HMC on a random-network surrogate (rns-hmc §3, Algorithms 2-3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pymc_surrogate.core.transitions import (
+    ChainPoint,
+    TransitionInfo,
+    surrogate_hmc_transition,
+    surrogate_transition,
+)
+from pymc_surrogate.step_methods.base import ChainState, SurrogateStep
+from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
+
+__all__ = ["SurrogateHMC"]
+
+CORRECTIONS = ("surrogate_transition", "hamiltonian")
+
+
+class SurrogateHMC(SurrogateStep):
+    r"""Hamiltonian Monte Carlo on a random-network surrogate, exactly corrected.
+
+    Tuning runs in two phases. *Exploration*: exact HMC when the model has a gradient
+    (every leapfrog point is kept as training data: its value and gradient), or a
+    gradient-free differential-evolution random walk when it has not (every proposal is
+    kept). *Exploitation*: once there is enough data, a shallow random network
+    (:class:`~pymc_surrogate.surrogates.RandomNetworkSurrogate`) is fitted in coordinates
+    whitened by the tuning-phase posterior scale, and trajectories run on it; the
+    surrogate is refitted as the training set grows by half, and once more on all data
+    when tuning ends. It is then frozen: every draw costs exactly one model logp
+    evaluation (the proposal), and none when the surrogate chain does not move.
+
+    Both corrections are exact (the chain targets the true posterior):
+
+    * ``"surrogate_transition"`` (default; Liu 2001 §9.4, delayed acceptance): ``n_inner``
+      HMC transitions exact for the surrogate density, then one Metropolis-Hastings test
+      with the true logp that corrects only the surrogate's error.
+    * ``"hamiltonian"`` (the paper's Algorithm 3): one leapfrog trajectory on the
+      surrogate, accepted with the true Hamiltonian.
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+        Continuous variables to sample; all of the model's by default.
+    correction : {"surrogate_transition", "hamiltonian"}
+    n_inner : int
+        Surrogate HMC transitions per draw with ``correction="surrogate_transition"``.
+    n_hidden : int or "auto"
+        Hidden units of the random network (see ``RandomNetworkSurrogate``).
+    activation : {"softplus", "rbf"}
+        Additive softplus nodes (default) or radial basis nodes.
+    quadratic : {"auto", "full", "diagonal", "isotropic", "none"}
+        Quadratic base of the surrogate in whitened coordinates.
+    alpha : float, optional
+        Ridge penalty; ``None`` picks it by generalised cross-validation.
+    max_hidden, max_equations : int
+        Bounds on the network and on the least-squares system (time and memory of a fit).
+    target_accept : float
+        Step-size adaptation target: the true acceptance for ``"hamiltonian"``, the inner
+        surrogate acceptance for ``"surrogate_transition"``.
+    path_length : float
+        Integration time of a trajectory in units of the posterior scale (the mass matrix
+        is the inverse tuning covariance); the number of steps is drawn uniformly up to
+        ``path_length / step_size`` and the step size jittered by ±20%.
+    dense_mass : bool
+        Dense mass matrix (and trajectories) instead of diagonal.
+    explore_steps : int or "auto"
+        Tuning iterations before the first surrogate fit. ``"auto"``: 150 with gradients,
+        ``max(300, 30 d)`` without.
+    max_energy_error : float
+        Energy variation that counts as a divergence (the trajectory is rejected).
+    use_gradient : bool, optional
+        ``None`` uses the model's gradient when PyTensor can compute it; ``False`` treats
+        the model as a black box.
+    model : pymc.Model, optional
+    rng : int or numpy Generator, optional
+
+    Notes
+    -----
+    Stats per draw: ``accept`` (true acceptance probability), ``accepted`` (1.0 when the
+    chain moved), ``diverging``, ``energy`` and ``energy_error`` (true Hamiltonian, or for
+    the surrogate transition minus the log acceptance ratio), ``surrogate_energy_error``
+    (the leapfrog's error on the surrogate), ``step_size``, ``n_steps`` (leapfrog steps on
+    the surrogate), ``model_logp``, ``model_evals`` / ``gradient_evals`` (this iteration),
+    ``total_model_evals`` / ``total_gradient_evals`` (this chain so far, tuning included),
+    ``training_size``, ``uses_surrogate``, ``surrogate_fits``, ``divergences``.
+    """
+
+    name = "surrogate_hmc"
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        correction: str = "surrogate_transition",
+        n_inner: int = 3,
+        n_hidden: int | str = "auto",
+        activation: str = "softplus",
+        quadratic: str = "auto",
+        alpha: float | None = None,
+        max_hidden: int = 500,
+        max_equations: int = 20_000,
+        **kwargs,
+    ):
+        if correction not in CORRECTIONS:
+            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
+        if not isinstance(n_inner, int | np.integer) or n_inner < 1:
+            raise ValueError(f"n_inner must be a positive integer; got {n_inner!r}.")
+        self.correction = correction
+        self.n_inner = int(n_inner)
+        # Validates the surrogate settings now rather than at the first fit.
+        self._surrogate_settings = dict(
+            n_hidden=n_hidden, activation=activation, quadratic=quadratic, alpha=alpha,
+            max_hidden=max_hidden, max_equations=max_equations,
+        )
+        RandomNetworkSurrogate(**self._surrogate_settings)
+        super().__init__(vars, **kwargs)
+
+    def _energy_window(self) -> float:
+        # U - min U over the typical set is about chi2_d / 2; keep far more than that.
+        return self.dim + 10.0 * np.sqrt(self.dim) + 20.0
+
+    def _fit_surrogate(self, chain: ChainState) -> RandomNetworkSurrogate:
+        training = chain.training
+        keep = training.relevant(self._energy_window())
+        surrogate = RandomNetworkSurrogate(
+            **self._surrogate_settings,
+            whitening=chain.whitening,
+            random_state=self.rng.spawn(1)[0],
+        )
+        surrogate.fit(
+            training.positions[keep], training.potentials[keep], training.gradients[keep]
+        )
+        if not surrogate.is_finite_:
+            raise ValueError("the fitted surrogate has non-finite coefficients")
+        return surrogate
+
+    def _surrogate_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
+        with_grad = self.has_gradient and not chain.frozen
+
+        def evaluate(q: np.ndarray) -> ChainPoint:
+            return self._evaluate(chain, q, with_grad=with_grad)
+
+        step_size = chain.step_adapt.current(self.tune and not chain.frozen)
+        if self.correction == "hamiltonian":
+            return surrogate_hmc_transition(
+                current, evaluate, chain.surrogate.value_and_grad, chain.metric, step_size,
+                self.path_length, self.max_energy_error, self.rng,
+            )
+        return surrogate_transition(
+            current, evaluate, chain.surrogate.value_and_grad, chain.metric, step_size,
+            self.path_length, self.max_energy_error, self.n_inner, self.rng,
+        )

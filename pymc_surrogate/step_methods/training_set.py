@@ -1,0 +1,74 @@
+"""Every model evaluation a chain makes, kept as training data for its surrogate."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["TrainingSet"]
+
+
+class TrainingSet:
+    """Growable arrays of positions, potentials and gradients (NaN rows when unknown).
+
+    Parameters
+    ----------
+    dim : int
+    capacity : int
+        Initial allocation; doubled as needed (amortised O(1) appends).
+    """
+
+    def __init__(self, dim: int, capacity: int = 256):
+        self.dim = dim
+        self.size = 0
+        self._positions = np.empty((capacity, dim))
+        self._potentials = np.empty(capacity)
+        self._gradients = np.empty((capacity, dim))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(self, q: np.ndarray, potential: float, grad: np.ndarray | None) -> None:
+        if self.size == self._potentials.shape[0]:
+            self._grow()
+        i = self.size
+        self._positions[i] = q
+        self._potentials[i] = potential
+        self._gradients[i] = np.nan if grad is None else grad
+        self.size += 1
+
+    def _grow(self) -> None:
+        new = 2 * self._potentials.shape[0]
+        for name in ("_positions", "_potentials", "_gradients"):
+            old = getattr(self, name)
+            grown = np.empty((new, *old.shape[1:]))
+            grown[: self.size] = old[: self.size]
+            setattr(self, name, grown)
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self._positions[: self.size]
+
+    @property
+    def potentials(self) -> np.ndarray:
+        return self._potentials[: self.size]
+
+    @property
+    def gradients(self) -> np.ndarray:
+        return self._gradients[: self.size]
+
+    @property
+    def n_with_gradient(self) -> int:
+        return int(np.sum(np.isfinite(self.gradients[:, 0]))) if self.size else 0
+
+    def relevant(self, energy_window: float) -> np.ndarray:
+        """Indices of finite points with ``U <= min U + energy_window``.
+
+        Burn-in points far out in the tails can have potentials 1e4 above the typical set;
+        left in, they dominate a least-squares fit of a region the chain never revisits.
+        """
+        potentials = self.potentials
+        finite = np.isfinite(potentials)
+        if not np.any(finite):
+            return np.zeros(0, dtype=int)
+        lowest = potentials[finite].min()
+        return np.flatnonzero(finite & (potentials <= lowest + energy_window))

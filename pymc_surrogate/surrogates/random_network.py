@@ -1,0 +1,252 @@
+"""Random-network surrogate of the potential (rns-hmc §3, Algorithm 2)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pymc_surrogate.surrogates.features import (
+    QUADRATIC_LEVELS,
+    PolynomialFeatures,
+    RandomFeatures,
+    polynomial_size,
+)
+from pymc_surrogate.surrogates.ridge import solve_partially_penalised_ridge
+from pymc_surrogate.surrogates.whitening import Whitening
+
+__all__ = ["RandomNetworkSurrogate"]
+
+
+class RandomNetworkSurrogate:
+    r"""Shallow random network fitted to potential values and gradients.
+
+    The surrogate is ``U~(q) = c + a.x + x^T A x / 2 + sum_i v_i h_i(x)`` in whitened
+    coordinates ``x = L^{-1}(q - mean)``: a polynomial base that carries a near-Gaussian
+    posterior, plus random hidden nodes ``h_i`` (extreme learning machine) that fit what is
+    left. Only the output weights are learned, by regularised least squares: each training
+    point contributes one equation for its value and ``d`` for its gradient (potential
+    matching and score matching in one system).
+
+    Parameters
+    ----------
+    n_hidden : int or "auto"
+        Hidden nodes ``s``. ``"auto"``: a quarter of the equations left after the
+        polynomial block, at most ``max_hidden``.
+    activation : {"softplus", "rbf"}
+        Additive softplus nodes (default: they capture global structure) or RBF nodes.
+    quadratic : {"auto", "full", "diagonal", "isotropic", "none"}
+        Quadratic terms of the base. ``"auto"`` picks the richest level with at least four
+        equations per coefficient.
+    alpha : float, optional
+        Ridge penalty on the hidden-node weights; ``None`` chooses it by generalised
+        cross-validation.
+    max_hidden : int
+        Upper bound for ``n_hidden="auto"``.
+    max_equations : int
+        Training points are randomly sub-sampled so that the system has at most this many
+        rows; it bounds the fit's time and memory.
+    gradient_weight : float
+        Weight of gradient equations relative to value equations.
+    whitening : Whitening, optional
+        Fixed whitening; by default it is estimated from the training positions.
+    random_state : int or numpy Generator, optional
+
+    Attributes
+    ----------
+    whitening_ : Whitening
+    polynomial_ : PolynomialFeatures
+    hidden_ : RandomFeatures
+    n_train_ : int
+        Training points used in the last fit.
+    alpha_ : float
+    """
+
+    def __init__(
+        self,
+        n_hidden: int | str = "auto",
+        activation: str = "softplus",
+        quadratic: str = "auto",
+        alpha: float | None = None,
+        max_hidden: int = 500,
+        max_equations: int = 20_000,
+        gradient_weight: float = 1.0,
+        whitening: Whitening | None = None,
+        random_state: int | np.random.Generator | None = None,
+    ):
+        if n_hidden != "auto" and (not isinstance(n_hidden, int | np.integer) or n_hidden < 0):
+            raise ValueError(f"n_hidden must be a non-negative integer or 'auto'; got {n_hidden!r}.")
+        if activation not in ("softplus", "rbf"):
+            raise ValueError(f"activation must be 'softplus' or 'rbf'; got {activation!r}.")
+        if quadratic not in ("auto", "none", *QUADRATIC_LEVELS):
+            raise ValueError(
+                "quadratic must be 'auto', 'none', 'isotropic', 'diagonal' or 'full'; "
+                f"got {quadratic!r}."
+            )
+        if alpha is not None and not alpha > 0:
+            raise ValueError(f"alpha must be positive or None; got {alpha!r}.")
+        if max_hidden < 0 or max_equations < 1:
+            raise ValueError("max_hidden must be >= 0 and max_equations >= 1.")
+        if not gradient_weight > 0:
+            raise ValueError(f"gradient_weight must be positive; got {gradient_weight!r}.")
+        self.n_hidden = n_hidden
+        self.activation = activation
+        self.quadratic = quadratic
+        self.alpha = alpha
+        self.max_hidden = max_hidden
+        self.max_equations = max_equations
+        self.gradient_weight = gradient_weight
+        self.whitening = whitening
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ fitting
+    def fit(
+        self,
+        positions: np.ndarray,
+        potentials: np.ndarray | None = None,
+        gradients: np.ndarray | None = None,
+    ) -> RandomNetworkSurrogate:
+        """Fit the output weights to potentials and/or gradients at ``positions``.
+
+        Parameters
+        ----------
+        positions : ndarray of shape (n, d)
+        potentials : ndarray of shape (n,), optional
+        gradients : ndarray of shape (n, d), optional
+            Gradients of the potential (not of logp).
+        """
+        positions = np.atleast_2d(np.asarray(positions, dtype=np.float64))
+        n, dim = positions.shape
+        if potentials is None and gradients is None:
+            raise ValueError("fit needs potentials, gradients, or both.")
+        if n == 0:
+            raise ValueError("fit needs at least one training point.")
+        # NaN marks an unknown value or gradient: such a point adds only what it has.
+        has_value = np.zeros(n, dtype=bool)
+        has_grad = np.zeros(n, dtype=bool)
+        if potentials is not None:
+            potentials = np.asarray(potentials, dtype=np.float64).reshape(n)
+            has_value = np.isfinite(potentials)
+        if gradients is not None:
+            gradients = np.asarray(gradients, dtype=np.float64).reshape(n, dim)
+            has_grad = np.all(np.isfinite(gradients), axis=1)
+        usable = np.all(np.isfinite(positions), axis=1) & (has_value | has_grad)
+        if not np.any(usable):
+            raise ValueError("No finite training point to fit the surrogate to.")
+        rng = np.random.default_rng(self.random_state)
+
+        keep = np.flatnonzero(usable)
+        equations = has_value[keep] + dim * has_grad[keep]
+        if equations.sum() > self.max_equations:
+            n_keep = max(1, int(keep.size * self.max_equations / equations.sum()))
+            keep = np.sort(rng.choice(keep, n_keep, replace=False))
+        positions, has_value, has_grad = positions[keep], has_value[keep], has_grad[keep]
+        n = keep.size
+        n_equations = int(has_value.sum() + dim * has_grad.sum())
+
+        whitening = self.whitening or Whitening.from_samples(positions, dense=True)
+        x = whitening.to_white(positions)
+
+        quadratic = self._choose_quadratic(dim, n_equations)
+        polynomial = PolynomialFeatures(dim, quadratic)
+        if self.n_hidden == "auto":
+            n_hidden = int(min(self.max_hidden, max(0, (n_equations - polynomial.size) // 4)))
+        else:
+            n_hidden = int(self.n_hidden)
+        hidden = RandomFeatures.draw(self.activation, n_hidden, x, rng)
+
+        free_rows, penalised_rows, targets = [], [], []
+        offset = 0.0
+        if has_value.any():
+            values = potentials[keep][has_value]
+            # Centring makes the intercept's scale irrelevant to the conditioning.
+            offset = float(np.mean(values))
+            free_rows.append(polynomial.values(x[has_value]))
+            penalised_rows.append(hidden.values(x[has_value]))
+            targets.append(values - offset)
+        if has_grad.any():
+            weight = np.sqrt(self.gradient_weight)
+            xg = x[has_grad]
+            gx = whitening.gradient_to_white(gradients[keep][has_grad])
+            free_rows.append(weight * polynomial.gradients(xg).reshape(xg.size, -1))
+            penalised_rows.append(weight * hidden.gradients(xg).reshape(xg.size, -1))
+            targets.append(weight * gx.reshape(-1))
+        solution = solve_partially_penalised_ridge(
+            np.vstack(free_rows), np.vstack(penalised_rows), np.concatenate(targets), self.alpha
+        )
+
+        self.whitening_ = whitening
+        self.polynomial_ = polynomial
+        self.hidden_ = hidden
+        self.n_train_ = n
+        self.alpha_ = solution.alpha
+        self.polynomial_coef_ = solution.free
+        self.hidden_coef_ = solution.penalised
+        self._prepare_prediction(offset)
+        return self
+
+    def _choose_quadratic(self, dim: int, n_equations: int) -> str:
+        if self.quadratic != "auto":
+            return self.quadratic
+        chosen = "none"
+        for level in QUADRATIC_LEVELS:
+            if n_equations >= 4 * polynomial_size(dim, level):
+                chosen = level
+        return chosen
+
+    def _prepare_prediction(self, offset: float) -> None:
+        """Fold the whitening into the polynomial so prediction costs two mat-vecs."""
+        d = self.polynomial_.dim
+        coef = self.polynomial_coef_
+        inv_chol = self.whitening_.inverse_chol()
+        self._intercept = float(coef[0]) + offset
+        self._linear = inv_chol.T @ coef[1 : 1 + d]
+        quad = self.polynomial_.quadratic_matrix(coef)
+        self._quadratic = inv_chol.T @ quad @ inv_chol
+        self._inv_chol = inv_chol
+        self._mean = self.whitening_.mean
+        # Hidden nodes act on whitened inputs: fold L^{-1} into their weights too.
+        if self.hidden_.activation == "softplus":
+            self._node_weights = self.hidden_.weights @ inv_chol
+            self._node_offsets = self.hidden_.offsets - self._node_weights @ self._mean
+        self._node_coef = self.hidden_coef_
+        self.is_finite_ = bool(
+            np.isfinite(self._intercept)
+            and np.all(np.isfinite(self._linear))
+            and np.all(np.isfinite(self._quadratic))
+            and np.all(np.isfinite(self._node_coef))
+        )
+
+    # --------------------------------------------------------------- prediction
+    def value_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
+        """Surrogate potential and gradient at one position (the leapfrog hot path)."""
+        r = q - self._mean
+        quad_r = self._quadratic @ r
+        value = self._intercept + self._linear @ r + 0.5 * (r @ quad_r)
+        grad = self._linear + quad_r
+        if self._node_coef.size:
+            if self.hidden_.activation == "softplus":
+                z = self._node_weights @ q + self._node_offsets
+                value += self._node_coef @ np.logaddexp(0.0, z)
+                # sigmoid(z) = exp(-softplus(-z)) would cost a second log; 0.5(1+tanh(z/2)) is exact.
+                grad = grad + self._node_weights.T @ (self._node_coef * (0.5 + 0.5 * np.tanh(0.5 * z)))
+            else:
+                x = self._inv_chol @ r
+                diff = x - self.hidden_.weights
+                h = np.exp(-0.5 * np.sum(diff**2, axis=1) * self.hidden_.offsets)
+                value += self._node_coef @ h
+                grad_x = -diff.T @ (self._node_coef * h * self.hidden_.offsets)
+                grad = grad + self._inv_chol.T @ grad_x
+        return float(value), grad
+
+    def predict(self, positions: np.ndarray) -> np.ndarray:
+        """Surrogate potentials at positions (n, d)."""
+        positions = np.atleast_2d(positions)
+        x = self.whitening_.to_white(positions)
+        return (
+            self.polynomial_.values(x) @ self.polynomial_coef_
+            + self.hidden_.values(x) @ self.hidden_coef_
+            + (self._intercept - self.polynomial_coef_[0])
+        )
+
+    def predict_gradient(self, positions: np.ndarray) -> np.ndarray:
+        """Surrogate gradients at positions (n, d)."""
+        return np.array([self.value_and_grad(q)[1] for q in np.atleast_2d(positions)])

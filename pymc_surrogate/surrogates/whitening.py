@@ -1,0 +1,96 @@
+"""Affine whitening of parameter space from a posterior scale estimate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+__all__ = ["Whitening"]
+
+
+@dataclass(frozen=True)
+class Whitening:
+    """The affine map ``x = L^{-1} (q - mean)`` with ``L L^T = cov``.
+
+    Random features drawn in whitened coordinates see a roughly isotropic, unit-scale
+    posterior, which is what makes a fixed feature distribution work across models.
+
+    Parameters
+    ----------
+    mean : ndarray of shape (d,)
+    chol : ndarray of shape (d, d) or (d,)
+        Lower Cholesky factor of the covariance, or the standard deviations when the
+        estimate is diagonal.
+    """
+
+    mean: np.ndarray
+    chol: np.ndarray
+
+    @property
+    def dense(self) -> bool:
+        return self.chol.ndim == 2
+
+    @property
+    def dim(self) -> int:
+        return self.mean.shape[0]
+
+    @classmethod
+    def identity(cls, dim: int) -> Whitening:
+        return cls(np.zeros(dim), np.ones(dim))
+
+    @classmethod
+    def from_samples(cls, samples: np.ndarray, dense: bool = False) -> Whitening:
+        """Estimate the whitening from draws, regularised toward the identity.
+
+        The shrinkage ``n/(n+5) * S + 1e-3 * 5/(n+5) * I`` is Stan's windowed-adaptation
+        regulariser: harmless with many draws, and it keeps a handful of draws (or a
+        chain stuck on one value) from producing a singular scale.
+        """
+        samples = np.atleast_2d(np.asarray(samples, dtype=np.float64))
+        n, dim = samples.shape
+        if n == 0:
+            return cls.identity(dim)
+        mean = samples.mean(axis=0)
+        shrink = n / (n + 5.0)
+        ridge = 1e-3 * 5.0 / (n + 5.0)
+        if dense:
+            cov = np.cov(samples, rowvar=False).reshape(dim, dim) if n > 1 else np.zeros((dim, dim))
+            cov = shrink * cov + ridge * np.eye(dim)
+            return cls(mean, scipy.linalg.cholesky(cov, lower=True))
+        var = samples.var(axis=0, ddof=1) if n > 1 else np.zeros(dim)
+        return cls(mean, np.sqrt(shrink * var + ridge))
+
+    @property
+    def covariance(self) -> np.ndarray:
+        if self.dense:
+            return self.chol @ self.chol.T
+        return self.chol**2
+
+    def to_white(self, q: np.ndarray) -> np.ndarray:
+        """Map points (rows) from parameter space to whitened space."""
+        centred = np.asarray(q) - self.mean
+        if self.dense:
+            return scipy.linalg.solve_triangular(self.chol, centred.T, lower=True).T
+        return centred / self.chol
+
+    def from_white(self, x: np.ndarray) -> np.ndarray:
+        """Map points (rows) from whitened space back to parameter space."""
+        x = np.asarray(x)
+        if self.dense:
+            return self.mean + x @ self.chol.T
+        return self.mean + x * self.chol
+
+    def gradient_to_white(self, grad_q: np.ndarray) -> np.ndarray:
+        """Chain rule: dU/dx = L^T dU/dq (rows are gradients)."""
+        grad_q = np.asarray(grad_q)
+        if self.dense:
+            return grad_q @ self.chol
+        return grad_q * self.chol
+
+    def inverse_chol(self) -> np.ndarray:
+        """``L^{-1}`` as a dense (d, d) matrix, used to fold the map into linear layers."""
+        if self.dense:
+            return scipy.linalg.solve_triangular(self.chol, np.eye(self.dim), lower=True)
+        return np.diag(1.0 / self.chol)
