@@ -210,11 +210,13 @@ def differential_evolution_transition(
     The proposal is symmetric given the history, so Metropolis needs no Hastings term.
     """
     dim = current.q.shape[0]
+    jump = np.zeros(dim)
     if history.shape[0] >= 3:
         i, j = rng.choice(history.shape[0], size=2, replace=False)
         jump = scale * 2.38 / np.sqrt(2 * dim) * (history[i] - history[j])
         jump += 1e-4 * scale * np.abs(jump).mean() * rng.standard_normal(dim)
-    else:
+    if not np.any(jump):
+        # Too little (or no distinct) history yet: an isotropic step.
         jump = 0.1 * scale * rng.standard_normal(dim)
     proposal = evaluate(current.q + jump)
     error = _nan_to_inf(proposal.potential - current.potential)

@@ -239,12 +239,12 @@ class SurrogateStep(ArrayStepShared):
 
         adapting = self.tune and not chain.frozen
         if adapting:
-            chain.step_adapt.update(info.adapt_stat, True)
-            if chain.surrogate is None:
-                if self.has_gradient:
-                    chain.metric.update(info.point.q, info.point.grad, True)
-                else:
-                    chain.explore_adapt.update(info.adapt_stat, True)
+            if chain.surrogate is None and not self.has_gradient:
+                chain.explore_adapt.update(info.adapt_stat, True)
+            else:
+                chain.step_adapt.update(info.adapt_stat, True)
+            if chain.surrogate is None and self.has_gradient:
+                chain.metric.update(info.point.q, info.point.grad, True)
             chain.positions.append(info.point.q)
             self._after_tune_iteration(chain)
         chain.iteration += 1
@@ -386,7 +386,9 @@ class SurrogateStep(ArrayStepShared):
 
     def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
         positions = np.array(chain.positions[len(chain.positions) // 2 :])
-        if positions.shape[0] < 2:
+        if len(np.unique(positions, axis=0)) <= self.dim:
+            # A chain that has barely moved says nothing about the scale; the spread of
+            # everything evaluated is a safer guess than a degenerate covariance.
             positions = chain.training.positions
         return Whitening.from_samples(positions, dense=dense and positions.shape[0] > self.dim)
 

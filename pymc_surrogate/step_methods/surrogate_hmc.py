@@ -132,8 +132,10 @@ class SurrogateHMC(SurrogateStep):
         surrogate.fit(
             training.positions[keep], training.potentials[keep], training.gradients[keep]
         )
-        if not surrogate.is_finite_:
-            raise ValueError("the fitted surrogate has non-finite coefficients")
+        if not surrogate.is_finite_ or not surrogate.training_error_ < 0.5:
+            raise ValueError(
+                f"the fit is unusable (relative training error {surrogate.training_error_:.3g})"
+            )
         return surrogate
 
     def _surrogate_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:

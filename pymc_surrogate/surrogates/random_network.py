@@ -58,6 +58,10 @@ class RandomNetworkSurrogate:
     n_train_ : int
         Training points used in the last fit.
     alpha_ : float
+    training_error_ : float
+        Relative residual ``|y - y_hat| / |y|`` over the (centred) training equations.
+    is_finite_ : bool
+        Whether every learned coefficient is finite.
     """
 
     def __init__(
@@ -169,9 +173,14 @@ class RandomNetworkSurrogate:
             free_rows.append(weight * polynomial.gradients(xg).reshape(xg.size, -1))
             penalised_rows.append(weight * hidden.gradients(xg).reshape(xg.size, -1))
             targets.append(weight * gx.reshape(-1))
+        free_design, penalised_design = np.vstack(free_rows), np.vstack(penalised_rows)
+        target = np.concatenate(targets)
         solution = solve_partially_penalised_ridge(
-            np.vstack(free_rows), np.vstack(penalised_rows), np.concatenate(targets), self.alpha
+            free_design, penalised_design, target, self.alpha
         )
+        residual = target - free_design @ solution.free - penalised_design @ solution.penalised
+        scale = np.linalg.norm(target)
+        self.training_error_ = float(np.linalg.norm(residual) / scale) if scale > 0 else 0.0
 
         self.whitening_ = whitening
         self.polynomial_ = polynomial

@@ -52,8 +52,9 @@ def solve_partially_penalised_ridge(
     penalised_design : ndarray of shape (n, s)
     target : ndarray of shape (n,)
     alpha : float, optional
-        Fixed regularisation. ``None`` selects it by GCV over a log grid relative to the
-        largest eigenvalue of the projected Gram matrix.
+        Fixed regularisation of the penalised block, whose columns are scaled to unit norm
+        first. ``None`` selects it by GCV over a log grid relative to the largest
+        eigenvalue of the projected Gram matrix.
     alpha_grid : int
         Number of grid points for GCV.
 
@@ -64,6 +65,11 @@ def solve_partially_penalised_ridge(
     n = target.shape[0]
     p = free_design.shape[1]
     design = np.hstack([free_design, penalised_design])
+    # Equilibrate columns: the Gram matrix squares the condition number, and features
+    # of very different scales (1, x, x^2) would otherwise lose precision first.
+    norms = np.linalg.norm(design, axis=0)
+    norms[norms == 0] = 1.0
+    design /= norms
     gram = design.T @ design
     rhs = design.T @ target
     g_ff, g_fr, g_rr = gram[:p, :p], gram[:p, p:], gram[p:, p:]
@@ -97,4 +103,4 @@ def solve_partially_penalised_ridge(
         chosen = 0.0 if alpha is None else float(alpha)
         gcv = n * max(y_norm2, 0.0) / max(n - rank, 1) ** 2
     coef_free = g_ff_inv @ (b_f - g_fr @ weights)
-    return RidgeSolution(coef_free, weights, chosen, gcv)
+    return RidgeSolution(coef_free / norms[:p], weights / norms[p:], chosen, gcv)

@@ -1,0 +1,68 @@
+"""Shared fixtures: models with known posteriors, and moment checks from MCSE."""
+
+import arviz as az
+
+# ArviZ 0.23 + numba: mcse(method="sd") fails on vector variables; the numpy path is right.
+az.Numba.disable_numba()
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.op import Op
+from pytensor.graph.basic import Apply
+
+
+class BlackBoxGaussianLogp(Op):
+    """log N(x; mean, cov) as a Python Op with no gradient: the honest black box."""
+
+    __props__ = ()
+
+    def __init__(self, mean, cov):
+        self.mean = np.asarray(mean, dtype=float)
+        self.prec = np.linalg.inv(cov)
+        self.calls = 0
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        return Apply(self, [x], [pt.dscalar()])
+
+    def perform(self, node, inputs, outputs):
+        self.calls += 1
+        r = inputs[0] - self.mean
+        outputs[0][0] = np.asarray(-0.5 * r @ self.prec @ r)
+
+    def grad(self, inputs, output_grads):
+        raise NotImplementedError("black box: no gradient")
+
+
+def correlated_gaussian(dim, seed=0, condition=10.0):
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
+    eig = np.geomspace(1.0, condition, dim)
+    cov = (q * eig) @ q.T
+    scale = rng.uniform(0.5, 3.0, dim)
+    cov = cov * np.outer(scale, scale)
+    mean = rng.normal(0, 3, dim)
+    return mean, cov
+
+
+def gaussian_model(mean, cov, black_box=False):
+    with pm.Model() as model:
+        if black_box:
+            x = pm.Flat("x", shape=len(mean), initval=np.asarray(mean) + 0.5)
+            pm.Potential("lik", BlackBoxGaussianLogp(mean, cov)(x))
+        else:
+            pm.MvNormal("x", mean, cov, initval=np.asarray(mean) + 0.5)
+    return model
+
+
+def assert_recovers(idata, var, mean, sd, n_sigma=4.5):
+    """Means and sds within ``n_sigma`` Monte Carlo standard errors (ArviZ's mcse)."""
+    post = idata.posterior[var]
+    est_mean = post.mean(("chain", "draw")).values
+    est_sd = post.std(("chain", "draw")).values
+    mcse_mean = az.mcse(idata, var_names=[var], method="mean")[var].values
+    mcse_sd = az.mcse(idata, var_names=[var], method="sd")[var].values
+    assert np.all(np.abs(est_mean - mean) < n_sigma * mcse_mean), (est_mean - mean) / mcse_mean
+    assert np.all(np.abs(est_sd - sd) < n_sigma * mcse_sd), (est_sd - sd) / mcse_sd
+    assert float(az.rhat(idata, var_names=[var])[var].max()) < 1.02

@@ -1,0 +1,96 @@
+"""Each kernel must leave the *true* target invariant even with a wrong surrogate."""
+
+import numpy as np
+import pytest
+
+from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag
+
+from pymc_surrogate.core.transitions import (
+    ChainPoint,
+    differential_evolution_transition,
+    exact_hmc_transition,
+    surrogate_hmc_transition,
+    surrogate_transition,
+)
+
+# Target: N(mean, sd^2) per coordinate, independent, in 2-D.
+MEAN, SD = np.array([1.0, -2.0]), np.array([0.5, 2.0])
+
+
+def true_point(q, with_grad=True):
+    z = (q - MEAN) / SD
+    return ChainPoint(q, 0.5 * z @ z, z / SD if with_grad else None)
+
+
+def wrong_surrogate(q):
+    # Wrong scale, wrong centre, a wiggle: the correction must repair all of it.
+    z = (q - MEAN - 0.3) / (1.4 * SD)
+    return 0.5 * z @ z + 0.1 * np.sin(3 * q[0]), z / (1.4 * SD) + np.array([0.3 * np.cos(3 * q[0]), 0])
+
+
+def run_chain(kernel, n=6000, seed=0):
+    rng = np.random.default_rng(seed)
+    current = true_point(MEAN.copy())
+    out = np.empty((n, 2))
+    for i in range(n):
+        current = kernel(current, rng).point
+        out[i] = current.q
+    return out
+
+
+def assert_moments(draws):
+    import arviz as az
+
+    dataset = az.convert_to_dataset(draws[None])
+    ess = az.ess(dataset)["x"].values
+    mcse_mean = draws.std(0) / np.sqrt(ess)
+    assert np.all(np.abs(draws.mean(0) - MEAN) < 4.5 * mcse_mean), (draws.mean(0), mcse_mean)
+    # sd's Monte Carlo error for Gaussian draws ~ sd / sqrt(2 ess)
+    assert np.all(np.abs(draws.std(0) - SD) < 4.5 * SD / np.sqrt(2 * ess)), draws.std(0)
+
+
+METRIC = QuadPotentialDiag(SD**2, rng=np.random.default_rng(42))
+
+
+def test_exact_hmc_targets_the_posterior():
+    kernel = lambda cur, rng: exact_hmc_transition(
+        cur, true_point, METRIC, 0.4, 1.5, 1000.0, rng
+    )
+    assert_moments(run_chain(kernel))
+
+
+def test_surrogate_hmc_with_a_wrong_surrogate_is_exact():
+    kernel = lambda cur, rng: surrogate_hmc_transition(
+        cur, lambda q: true_point(q, False), wrong_surrogate, METRIC, 0.4, 1.5, 1000.0, rng
+    )
+    assert_moments(run_chain(kernel))
+
+
+@pytest.mark.parametrize("n_inner", [1, 3])
+def test_surrogate_transition_with_a_wrong_surrogate_is_exact(n_inner):
+    kernel = lambda cur, rng: surrogate_transition(
+        cur, lambda q: true_point(q, False), wrong_surrogate, METRIC, 0.4, 1.5, 1000.0, n_inner, rng
+    )
+    assert_moments(run_chain(kernel))
+
+
+def test_differential_evolution_with_a_fixed_history_is_exact():
+    history = np.random.default_rng(3).normal(MEAN, SD, size=(200, 2))
+    kernel = lambda cur, rng: differential_evolution_transition(
+        cur, lambda q: true_point(q, False), history, 1.0, rng
+    )
+    assert_moments(run_chain(kernel, n=20000))
+
+
+def test_surrogate_transition_costs_nothing_when_it_does_not_move():
+    calls = []
+
+    def evaluate(q):
+        calls.append(q)
+        return true_point(q, False)
+
+    never = lambda q: (np.nan, np.full(2, np.nan))  # every inner trajectory diverges
+    info = surrogate_transition(
+        true_point(MEAN.copy()), evaluate, never, METRIC, 0.4, 1.5, 1000.0, 3, np.random.default_rng(0)
+    )
+    assert not calls and info.diverging and info.point.q is not None

@@ -1,0 +1,189 @@
+import pickle
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_surrogate import ModelEvaluationError, SurrogateHMC
+from tests.conftest import assert_recovers, correlated_gaussian, gaussian_model
+
+SAMPLE = dict(draws=1000, tune=600, chains=2, cores=1, progressbar=False, random_seed=11)
+
+
+@pytest.mark.parametrize("correction", ["surrogate_transition", "hamiltonian"])
+def test_correlated_gaussian_with_gradient(correction):
+    mean, cov = correlated_gaussian(6)
+    with gaussian_model(mean, cov):
+        idata = pm.sample(step=SurrogateHMC(correction=correction), **SAMPLE)
+    assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
+    stats = idata.sample_stats
+    # After tuning, one model evaluation per draw at most, and no gradient.
+    assert stats.model_evals.max() <= 1 and stats.gradient_evals.max() == 0
+    assert bool(stats.uses_surrogate.all())
+
+
+def test_black_box_gaussian_without_gradient():
+    mean, cov = correlated_gaussian(4, seed=2)
+    with gaussian_model(mean, cov, black_box=True):
+        step = SurrogateHMC()
+        assert not step.has_gradient
+        idata = pm.sample(step=step, **SAMPLE)
+    assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
+    assert int(idata.sample_stats.total_gradient_evals.max()) == 0
+
+
+def test_two_cores_and_chains_do_not_share_surrogates():
+    mean, cov = correlated_gaussian(3, seed=3)
+    with gaussian_model(mean, cov):
+        idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "cores": 2, "draws": 500})
+    assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
+    post = idata.posterior["x"].values
+    assert not np.allclose(post[0], post[1])
+
+
+def test_sequential_chains_start_from_scratch():
+    # With cores=1 PyMC reuses one step object; chain 2 must not inherit chain 1's data.
+    mean, cov = correlated_gaussian(3, seed=4)
+    with gaussian_model(mean, cov):
+        idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "draws": 200, "tune": 300})
+    first_tune_size = idata.sample_stats.training_size.values[:, 0]
+    assert np.all(first_tune_size < 400)
+    sizes = idata.sample_stats.training_size.values[:, -1]
+    assert abs(int(sizes[0]) - int(sizes[1])) < 0.5 * sizes.max()
+
+
+def test_reproducible_under_random_seed():
+    mean, cov = correlated_gaussian(3, seed=5)
+    runs = []
+    for _ in range(2):
+        with gaussian_model(mean, cov):
+            runs.append(pm.sample(step=SurrogateHMC(), **{**SAMPLE, "draws": 100, "tune": 300}))
+    np.testing.assert_array_equal(runs[0].posterior["x"].values, runs[1].posterior["x"].values)
+
+
+def test_compound_step_with_metropolis_on_a_discrete_variable():
+    # Marginally k ~ Bernoulli(0.7) and x_i ~ 0.3 N(0, 2^2) + 0.7 N(1, 2^2): mean 0.7.
+    import arviz as az
+
+    with pm.Model():
+        k = pm.Bernoulli("k", p=0.7)
+        x = pm.Normal("x", k * 1.0, 2.0, shape=2)
+        step = [SurrogateHMC([x]), pm.BinaryGibbsMetropolis([k])]
+        idata = pm.sample(step=step, **{**SAMPLE, "draws": 2000, "tune": 800})
+    for var in ("k", "x"):
+        est = idata.posterior[var].mean(("chain", "draw")).values
+        mcse = az.mcse(idata, var_names=[var])[var].values
+        assert np.all(np.abs(est - 0.7) < 4.5 * mcse), (var, est, mcse)
+
+
+def test_stats_are_declared_and_named_for_arviz():
+    mean, cov = correlated_gaussian(2)
+    with gaussian_model(mean, cov):
+        idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "draws": 100, "tune": 300})
+    stats = idata.sample_stats
+    for name in ("accept", "accepted", "diverging", "energy", "energy_error",
+                 "surrogate_energy_error", "step_size", "n_steps", "lp",
+                 "model_evals", "gradient_evals", "training_size"):
+        assert name in stats
+    assert stats.accepted.dtype == np.float64
+    import arviz as az
+
+    assert np.isfinite(az.bfmi(idata)).all()
+
+
+def test_pickles_like_pymc_does_for_worker_processes():
+    import cloudpickle  # what PyMC uses to ship step methods to its workers
+
+    mean, cov = correlated_gaussian(2)
+    with gaussian_model(mean, cov):
+        step = SurrogateHMC()
+        pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 300})
+    clone = pickle.loads(cloudpickle.dumps(step))
+    assert clone.dim == 2 and clone.correction == step.correction
+    assert clone.chain.surrogate is not None
+    q = np.asarray(mean, dtype=float)
+    assert clone.chain.surrogate.value_and_grad(q)[0] == step.chain.surrogate.value_and_grad(q)[0]
+
+
+# ------------------------------------------------------------------ bad input
+def test_discrete_variable_is_refused_with_advice():
+    with pm.Model():
+        k = pm.Poisson("k", 3.0)
+        pm.Normal("x")
+        with pytest.raises(ValueError, match="k is discrete.*Metropolis"):
+            SurrogateHMC([k])
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(target_accept=1.0), "target_accept"),
+        (dict(path_length=0), "path_length"),
+        (dict(n_inner=0), "n_inner"),
+        (dict(explore_steps=-3), "explore_steps"),
+        (dict(correction="none"), "correction"),
+        (dict(n_hidden=-5), "n_hidden"),
+        (dict(max_energy_error=-1), "max_energy_error"),
+    ],
+)
+def test_invalid_settings_are_named(kwargs, match):
+    with pm.Model():
+        pm.Normal("x")
+        with pytest.raises(ValueError, match=match):
+            SurrogateHMC(**kwargs)
+
+
+def test_non_finite_initial_logp_is_an_error():
+    with pm.Model():
+        pm.Normal("x", initval=0.0)
+        pm.Potential("bad", pm.math.log(0.0) * 1.0)
+        with pytest.raises(Exception, match="logp is -inf at the starting point"):
+            pm.sample(step=SurrogateHMC(), **{**SAMPLE, "chains": 1, "draws": 5, "tune": 5})
+
+
+def test_nan_region_is_rejected_not_a_crash():
+    # logp is NaN for x > 1.5: proposals there must be rejected, the posterior truncated.
+    with pm.Model():
+        x = pm.Normal("x", 0.0, 1.0)
+        pm.Potential("hole", pm.math.switch(x > 1.5, np.nan, 0.0))
+        idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "draws": 1500, "tune": 800})
+    draws = idata.posterior["x"].values
+    assert draws.max() <= 1.5
+    # Mean of N(0,1) truncated above at 1.5.
+    from scipy import stats
+
+    expected = stats.truncnorm(-np.inf, 1.5).mean()
+    assert abs(draws.mean() - expected) < 0.1
+
+
+def test_exception_in_the_model_names_the_iteration_and_cause():
+    import pytensor.tensor as pt
+    from pytensor.graph.basic import Apply
+    from pytensor.graph.op import Op
+
+    class Fragile(Op):
+        __props__ = ()
+
+        def make_node(self, x):
+            return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+        def perform(self, node, inputs, outputs):
+            if inputs[0] > 2.0:
+                raise RuntimeError("solver did not converge")
+            outputs[0][0] = np.asarray(-0.5 * inputs[0] ** 2)
+
+    with pm.Model():
+        x = pm.Flat("x", initval=0.0)
+        pm.Potential("lik", Fragile()(x))
+        with pytest.raises(ModelEvaluationError, match="iteration .*solver did not converge"):
+            pm.sample(step=SurrogateHMC(), **{**SAMPLE, "chains": 1, "draws": 2000, "tune": 500})
+
+
+def test_too_short_tune_warns_and_stays_exact():
+    mean, cov = correlated_gaussian(2, seed=7)
+    with gaussian_model(mean, cov):
+        with pytest.warns(UserWarning, match="too few to fit a surrogate"):
+            idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "tune": 20, "draws": 1500})
+    assert not bool(idata.sample_stats.uses_surrogate.any())
+    assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))

@@ -1,0 +1,147 @@
+import numpy as np
+import pytest
+
+from pymc_surrogate.surrogates import RandomNetworkSurrogate, Whitening
+
+
+def gaussian_problem(dim, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((dim, dim))
+    cov = a @ a.T / dim + 0.1 * np.eye(dim)
+    prec = np.linalg.inv(cov)
+    mean = rng.standard_normal(dim)
+
+    def potential(q):
+        r = q - mean
+        return 0.5 * np.einsum("ni,ij,nj->n", r, prec, r) + 7.0e4
+
+    def gradient(q):
+        return (q - mean) @ prec
+
+    return rng, mean, cov, potential, gradient
+
+
+def logistic_problem(dim=8, n_obs=2000, seed=1):
+    rng = np.random.default_rng(seed)
+    x = np.hstack([0.1 * np.ones((n_obs, 1)), 0.1 * rng.standard_normal((n_obs, dim - 1))])
+    y = rng.uniform(size=n_obs) < 1 / (1 + np.exp(-x @ rng.uniform(0, 1, dim)))
+
+    def potential(b):
+        eta = b @ x.T
+        return np.sum(np.logaddexp(0, eta) - y * eta, axis=1) + 0.5 * np.sum(b**2, 1) / 100
+
+    def gradient(b):
+        return (1 / (1 + np.exp(-(b @ x.T))) - y) @ x + b / 100
+
+    mode = np.zeros(dim)
+    for _ in range(30):  # Newton: the posterior's centre and Laplace covariance
+        p = 1 / (1 + np.exp(-x @ mode))
+        hess = (x.T * (p * (1 - p))) @ x + np.eye(dim) / 100
+        mode = mode - np.linalg.solve(hess, gradient(mode[None])[0])
+    return rng, mode, np.linalg.inv(hess), potential, gradient
+
+
+def relative_error(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("use_values,use_grads", [(True, True), (True, False), (False, True)])
+def test_recovers_a_quadratic_potential_exactly(use_values, use_grads):
+    rng, mean, cov, potential, gradient = gaussian_problem(6)
+    train = rng.multivariate_normal(mean, cov, size=200)
+    test = rng.multivariate_normal(mean, 4 * cov, size=100)
+    surrogate = RandomNetworkSurrogate(random_state=0).fit(
+        train, potential(train) if use_values else None, gradient(train) if use_grads else None
+    )
+    assert relative_error(surrogate.predict_gradient(test), gradient(test)) < 1e-6
+    if use_values:
+        # The offset of a potential is only identified by values.
+        np.testing.assert_allclose(surrogate.predict(test), potential(test), rtol=1e-9)
+
+
+@pytest.mark.parametrize("activation", ["softplus", "rbf"])
+def test_fits_a_logistic_regression_potential(activation):
+    rng, mode, cov, potential, gradient = logistic_problem()
+    train = rng.multivariate_normal(mode, 1.5 * cov, size=300)
+    test = rng.multivariate_normal(mode, cov, size=200)
+    surrogate = RandomNetworkSurrogate(activation=activation, random_state=0)
+    surrogate.fit(train, potential(train), gradient(train))
+    assert relative_error(surrogate.predict_gradient(test), gradient(test)) < 0.01
+    resid = surrogate.predict(test) - potential(test)
+    assert np.std(resid) < 0.05
+
+
+def test_random_nodes_improve_on_the_quadratic_base():
+    rng, mode, cov, potential, gradient = logistic_problem()
+    train = rng.multivariate_normal(mode, 1.5 * cov, size=300)
+    test = rng.multivariate_normal(mode, cov, size=200)
+    errors = {}
+    for n_hidden in (0, 300):
+        s = RandomNetworkSurrogate(n_hidden=n_hidden, random_state=0)
+        s.fit(train, potential(train), gradient(train))
+        errors[n_hidden] = relative_error(s.predict_gradient(test), gradient(test))
+    assert errors[300] < 0.5 * errors[0]
+
+
+@pytest.mark.parametrize("activation", ["softplus", "rbf"])
+def test_gradient_matches_finite_differences(activation):
+    rng, mode, cov, potential, gradient = logistic_problem()
+    train = rng.multivariate_normal(mode, cov, size=100)
+    surrogate = RandomNetworkSurrogate(activation=activation, random_state=0)
+    surrogate.fit(train, potential(train))
+    q = train[3] + 0.1
+    value, grad = surrogate.value_and_grad(q)
+    eye = np.eye(q.size) * 1e-6
+    fd = [(surrogate.value_and_grad(q + e)[0] - surrogate.value_and_grad(q - e)[0]) / 2e-6 for e in eye]
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-5 * np.abs(grad).max())
+    assert value == pytest.approx(surrogate.predict(q[None])[0], rel=1e-12)
+
+
+def test_missing_gradients_are_ignored_not_fitted():
+    rng, mean, cov, potential, gradient = gaussian_problem(4)
+    train = rng.multivariate_normal(mean, cov, size=100)
+    grads = gradient(train)
+    grads[::2] = np.nan
+    surrogate = RandomNetworkSurrogate(random_state=0).fit(train, potential(train), grads)
+    assert relative_error(surrogate.predict_gradient(train), gradient(train)) < 1e-6
+
+
+def test_fixed_whitening_is_used():
+    rng, mean, cov, potential, gradient = gaussian_problem(3)
+    train = rng.multivariate_normal(mean, cov, size=50)
+    whitening = Whitening.from_samples(train, dense=False)
+    surrogate = RandomNetworkSurrogate(whitening=whitening, random_state=0)
+    surrogate.fit(train, potential(train), gradient(train))
+    assert surrogate.whitening_ is whitening
+
+
+def test_same_seed_same_fit():
+    rng, mode, cov, potential, gradient = logistic_problem()
+    train = rng.multivariate_normal(mode, cov, size=80)
+    fits = [
+        RandomNetworkSurrogate(random_state=5).fit(train, potential(train)).predict(train)
+        for _ in range(2)
+    ]
+    np.testing.assert_array_equal(*fits)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(n_hidden=-1), "n_hidden"),
+        (dict(activation="relu"), "activation"),
+        (dict(quadratic="cubic"), "quadratic"),
+        (dict(alpha=0.0), "alpha"),
+        (dict(gradient_weight=0.0), "gradient_weight"),
+    ],
+)
+def test_invalid_settings_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RandomNetworkSurrogate(**kwargs)
+
+
+def test_fit_without_targets_or_finite_points_raises():
+    with pytest.raises(ValueError, match="potentials, gradients"):
+        RandomNetworkSurrogate().fit(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="finite"):
+        RandomNetworkSurrogate().fit(np.zeros((3, 2)), np.full(3, np.nan))

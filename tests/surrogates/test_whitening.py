@@ -1,0 +1,37 @@
+import numpy as np
+import pytest
+
+from pymc_surrogate.surrogates import Whitening
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_round_trip_and_unit_scale(dense):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 4))
+    samples = rng.multivariate_normal([1.0, -2.0, 3.0, 0.0], a @ a.T + np.eye(4), size=5000)
+    whitening = Whitening.from_samples(samples, dense=dense)
+    x = whitening.to_white(samples)
+    np.testing.assert_allclose(whitening.from_white(x), samples, atol=1e-10)
+    np.testing.assert_allclose(x.mean(0), 0.0, atol=1e-8)
+    np.testing.assert_allclose(x.std(0), 1.0, rtol=1e-2)
+    if dense:
+        np.testing.assert_allclose(np.cov(x, rowvar=False), np.eye(4), atol=1e-2)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_gradient_chain_rule(dense):
+    rng = np.random.default_rng(1)
+    whitening = Whitening.from_samples(rng.standard_normal((50, 3)) * [1, 5, 9], dense=dense)
+    weights = rng.standard_normal(3)
+    # U(q) = w . q, so U(x) = w . from_white(x) and dU/dx = L^T w.
+    fd = [
+        (weights @ whitening.from_white(e * 1e-6) - weights @ whitening.from_white(-e * 1e-6)) / 2e-6
+        for e in np.eye(3)
+    ]
+    np.testing.assert_allclose(whitening.gradient_to_white(weights), fd, rtol=1e-6)
+
+
+def test_degenerate_samples_stay_invertible():
+    whitening = Whitening.from_samples(np.ones((10, 3)), dense=True)
+    assert np.all(np.isfinite(whitening.inverse_chol()))
+    assert np.all(np.isfinite(Whitening.from_samples(np.ones((1, 3))).chol))
