@@ -1,6 +1,11 @@
 """Shared fixtures: models with known posteriors, and moment checks from MCSE."""
 
 import arviz as az
+from threadpoolctl import threadpool_limits
+
+# numpy and scipy each bring an OpenBLAS; on 2 cores their thread pools fight and small
+# linear algebra slows down a thousandfold. One thread each is faster and repeatable.
+threadpool_limits(1)
 
 # ArviZ 0.23 + numba: mcse(method="sd") fails on vector variables; the numpy path is right.
 az.Numba.disable_numba()

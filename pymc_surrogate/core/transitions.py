@@ -73,7 +73,7 @@ def exact_hmc_transition(
     rng: np.random.Generator,
 ) -> TransitionInfo:
     """Plain HMC on the true potential; every leapfrog point is a model evaluation."""
-    eps, n_steps = jittered_trajectory(step_size, path_length, rng)
+    eps, n_steps = jittered_trajectory(step_size, path_length, rng, shortest=0.5)
     p0 = metric.random()
     h0 = hamiltonian(current.potential, metric.energy(p0))
     last: list[ChainPoint] = []
@@ -112,7 +112,7 @@ def surrogate_hmc_transition(
     The true acceptance pays for both integration and surrogate error. A trajectory that
     diverges on the surrogate is rejected without evaluating the model.
     """
-    eps, n_steps = jittered_trajectory(step_size, path_length, rng)
+    eps, n_steps = jittered_trajectory(step_size, path_length, rng, shortest=0.5)
     p0 = metric.random()
     kinetic0 = metric.energy(p0)
     s_potential, s_grad = surrogate_value_and_grad(current.q)
@@ -159,7 +159,7 @@ def surrogate_transition(
     eps = step_size
     energy = surrogate_error = 0.0
     for _ in range(n_inner):
-        eps, length = jittered_trajectory(step_size, path_length, rng)
+        eps, length = jittered_trajectory(step_size, path_length, rng, shortest=0.5)
         p0 = metric.random()
         kinetic0 = metric.energy(p0)
         end = leapfrog(

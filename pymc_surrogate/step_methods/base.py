@@ -27,6 +27,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
 
+from pymc_surrogate.core.adaptation import tune_step_size_on_surrogate
 from pymc_surrogate.core.transitions import (
     ChainPoint,
     TransitionInfo,
@@ -56,7 +57,8 @@ class ChainState:
     whitening: Whitening | None = None
     frozen: bool = False
     iteration: int = 0
-    last_fit_size: int = 0
+    last_fit_iteration: int = 0
+    accept_since_fit: list = field(default_factory=list)
     n_fits: int = 0
     total_logp_evals: int = 0
     total_grad_evals: int = 0
@@ -109,7 +111,7 @@ class SurrogateStep(ArrayStepShared):
         vars=None,
         *,
         target_accept: float = 0.8,
-        path_length: float = 1.5,
+        path_length: float = 2.8,
         dense_mass: bool = False,
         explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0,
@@ -171,7 +173,7 @@ class SurrogateStep(ArrayStepShared):
         # Exact HMC gathers d+1 equations at every leapfrog point, so a short run gives
         # a good fit; a random walk gives one equation a step and mixes slowly.
         if self.functions.has_gradient:
-            return 150
+            return 100
         return int(max(300, 30 * self.dim))
 
     def _min_training_points(self) -> int:
@@ -222,7 +224,6 @@ class SurrogateStep(ArrayStepShared):
             )
             return
         self._refit(chain, final=True)
-        chain.step_adapt = self._step_size_adaptation(chain.step_adapt.current(False))
 
     # --------------------------------------------------------------- the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
@@ -246,7 +247,7 @@ class SurrogateStep(ArrayStepShared):
             if chain.surrogate is None and self.has_gradient:
                 chain.metric.update(info.point.q, info.point.grad, True)
             chain.positions.append(info.point.q)
-            self._after_tune_iteration(chain)
+            self._after_tune_iteration(chain, info)
         chain.iteration += 1
         chain.current = info.point
         chain.current_key = self._key(info.point.q)
@@ -344,7 +345,7 @@ class SurrogateStep(ArrayStepShared):
                 lambda q: self._evaluate(chain, q, with_grad=True),
                 chain.metric,
                 chain.step_adapt.current(self.tune and not chain.frozen),
-                self.path_length,
+                min(self.path_length, self._explore_path_length),
                 self.max_energy_error,
                 self.rng,
             )
@@ -358,6 +359,10 @@ class SurrogateStep(ArrayStepShared):
             chain.explore_adapt.current(self.tune and not chain.frozen),
             self.rng,
         )
+
+    # Exact trajectories pay one model evaluation a step: exploration only needs to reach
+    # and cover the typical set, not antithetic draws.
+    _explore_path_length = 1.5
 
     @staticmethod
     def _explore_history(chain: ChainState) -> np.ndarray:
@@ -373,16 +378,23 @@ class SurrogateStep(ArrayStepShared):
             and len(chain.training) >= self._min_training_points()
         )
 
-    def _after_tune_iteration(self, chain: ChainState) -> None:
+    def _after_tune_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.surrogate is None:
             if self._enough_data(chain):
                 self._refit(chain, final=False)
-                if chain.surrogate is not None:
-                    chain.step_adapt = self._step_size_adaptation(chain.step_adapt.current(True))
-        elif len(chain.training) >= self._refit_growth * max(chain.last_fit_size, 1):
-            self._refit(chain, final=False)
+            return
+        chain.accept_since_fit.append(info.accept_prob)
+        if chain.iteration + 1 >= self._refit_growth * chain.last_fit_iteration + 50:
+            if np.mean(chain.accept_since_fit) < self._good_acceptance:
+                self._refit(chain, final=False)
+            else:  # the surrogate is good: postpone the (costly) refit
+                chain.last_fit_iteration = chain.iteration + 1
+                chain.accept_since_fit = []
 
+    # Refit in tune at iterations growing geometrically, unless the surrogate is so good
+    # already that the true acceptance is above _good_acceptance.
     _refit_growth = 1.5
+    _good_acceptance = 0.9
 
     def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
         positions = np.array(chain.positions[len(chain.positions) // 2 :])
@@ -407,10 +419,16 @@ class SurrogateStep(ArrayStepShared):
             warnings.warn(f"{type(self).__name__}: surrogate fit failed ({err}); keeping the "
                           "previous kernel.", UserWarning, stacklevel=3)
             return
-        if surrogate is not None:
-            chain.surrogate = surrogate
-            chain.last_fit_size = len(chain.training)
-            chain.n_fits += 1
+        chain.surrogate = surrogate
+        chain.last_fit_iteration = chain.iteration + 1
+        chain.accept_since_fit = []
+        chain.n_fits += 1
+        step = tune_step_size_on_surrogate(
+            surrogate.value_and_grad, chain.current.q if chain.current is not None else chain.whitening.mean,
+            chain.metric, chain.step_adapt.current(False), self.target_accept, self.path_length,
+            self.rng, max_energy_error=self.max_energy_error,
+        )
+        chain.step_adapt = self._step_size_adaptation(step)
 
     def _fit_surrogate(self, chain: ChainState):
         raise NotImplementedError

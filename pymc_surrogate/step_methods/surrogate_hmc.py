@@ -46,6 +46,8 @@ class SurrogateHMC(SurrogateStep):
     correction : {"surrogate_transition", "hamiltonian"}
     n_inner : int
         Surrogate HMC transitions per draw with ``correction="surrogate_transition"``.
+        More mix more per model evaluation on hard posteriors; one keeps the
+        anti-correlation of successive draws on near-Gaussian ones.
     n_hidden : int or "auto"
         Hidden units of the random network (see ``RandomNetworkSurrogate``).
     activation : {"softplus", "rbf"}
@@ -60,13 +62,16 @@ class SurrogateHMC(SurrogateStep):
         Step-size adaptation target: the true acceptance for ``"hamiltonian"``, the inner
         surrogate acceptance for ``"surrogate_transition"``.
     path_length : float
-        Integration time of a trajectory in units of the posterior scale (the mass matrix
-        is the inverse tuning covariance); the number of steps is drawn uniformly up to
-        ``path_length / step_size`` and the step size jittered by ±20%.
+        Longest integration time of a trajectory, in units of the posterior scale (the
+        mass matrix is the inverse tuning covariance); the number of steps is drawn
+        uniformly between half and all of ``path_length / step_size`` and the step size is
+        jittered by ±20%. The default 2.8 (about 0.9 pi) makes successive draws of a
+        near-Gaussian posterior anti-correlated, so the effective sample size can exceed
+        the number of draws (as NUTS's does); exploration uses at most 1.5.
     dense_mass : bool
         Dense mass matrix (and trajectories) instead of diagonal.
     explore_steps : int or "auto"
-        Tuning iterations before the first surrogate fit. ``"auto"``: 150 with gradients,
+        Tuning iterations before the first surrogate fit. ``"auto"``: 100 with gradients,
         ``max(300, 30 d)`` without.
     max_energy_error : float
         Energy variation that counts as a divergence (the trajectory is rejected).
@@ -94,7 +99,7 @@ class SurrogateHMC(SurrogateStep):
         vars=None,
         *,
         correction: str = "surrogate_transition",
-        n_inner: int = 3,
+        n_inner: int = 1,
         n_hidden: int | str = "auto",
         activation: str = "softplus",
         quadratic: str = "auto",
