@@ -4,13 +4,19 @@ Every step method runs its trajectories on a numpy surrogate of the potential an
 corrects with the true model logp, so the chain targets the exact posterior.
 """
 
-from pymc_surrogate.step_methods import ModelEvaluationError, SurrogateHMC, SurrogateStep
+from pymc_surrogate.step_methods import (
+    AdaptiveSurrogateHMC,
+    ModelEvaluationError,
+    SurrogateHMC,
+    SurrogateStep,
+)
 
 __version__ = "0.1.0"
 
 # Every public step method, by name: tests and benchmarks are parametrised over it.
 STEP_METHODS: dict[str, type[SurrogateStep]] = {
     "SurrogateHMC": SurrogateHMC,
+    "AdaptiveSurrogateHMC": AdaptiveSurrogateHMC,
 }
 
-__all__ = ["SurrogateHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]
+__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]

@@ -9,10 +9,10 @@ from pymc_surrogate.core.integrator import Metric, ValueAndGrad, leapfrog
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.metropolis import hamiltonian, metropolis_accept
 
-__all__ = ["tune_step_size_on_surrogate"]
+__all__ = ["warm_up_on_surrogate"]
 
 
-def tune_step_size_on_surrogate(
+def warm_up_on_surrogate(
     value_and_grad: ValueAndGrad,
     q0: np.ndarray,
     metric: Metric,
@@ -20,27 +20,33 @@ def tune_step_size_on_surrogate(
     target_accept: float,
     path_length: float,
     rng: np.random.Generator,
-    n_iterations: int = 150,
+    n_adapt: int = 150,
+    n_samples: int = 0,
     max_energy_error: float = 1000.0,
-) -> float:
-    """Dual-averaging warm-up of HMC on the surrogate alone.
+) -> tuple[float, np.ndarray]:
+    """HMC on the surrogate alone: dual-averaged step size, then optional draws.
 
     After a refit the old step size may be far off (a poor early surrogate drives it
-    down). For the surrogate-transition correction the step size only matters to the
-    inner chain on the surrogate, so it can be tuned there completely, with PyMC's
-    ``DualAverageAdaptation`` and no model evaluation; for the Hamiltonian correction it
-    is a good starting point for the adaptation on the true acceptance.
+    down), and the chain's own tuning history may have collapsed in a direction it
+    failed to explore. Both can be mended on the surrogate, with PyMC's
+    ``DualAverageAdaptation`` and no model evaluation: for the surrogate-transition
+    correction the step size only matters to the inner chain on the surrogate; for the
+    Hamiltonian correction it is a good start for the adaptation on the true acceptance.
 
     Returns
     -------
-    float
-        The dual-averaged step size.
+    step_size : float
+        The dual-averaged step size after ``n_adapt`` iterations.
+    samples : ndarray of shape (n_samples, d)
+        Draws of the surrogate density with that step size (for a scale estimate).
     """
     adapt = DualAverageAdaptation(initial_step, target_accept, 0.05, 0.75, 10)
     q = np.asarray(q0, dtype=np.float64)
     potential, grad = value_and_grad(q)
-    for _ in range(n_iterations):
-        eps, n_steps = jittered_trajectory(adapt.current(True), path_length, rng, shortest=0.5)
+    samples = np.empty((n_samples, q.size))
+    for i in range(n_adapt + n_samples):
+        tuning = i < n_adapt
+        eps, n_steps = jittered_trajectory(adapt.current(tuning), path_length, rng, shortest=0.5)
         p0 = metric.random()
         h0 = hamiltonian(potential, metric.energy(p0))
         end = leapfrog(q, p0, potential, grad, value_and_grad, metric, eps, n_steps,
@@ -50,5 +56,8 @@ def tune_step_size_on_surrogate(
             accepted, prob = metropolis_accept(h0 - hamiltonian(end.potential, metric.energy(end.p)), rng)
             if accepted:
                 q, potential, grad = end.q, end.potential, end.grad
-        adapt.update(prob, True)
-    return float(adapt.current(False))
+        if tuning:
+            adapt.update(prob, True)
+        else:
+            samples[i - n_adapt] = q
+    return float(adapt.current(False)), samples

@@ -12,7 +12,7 @@ def jittered_trajectory(
     path_length: float,
     rng: np.random.Generator,
     step_jitter: float = 0.2,
-    max_steps: int = 1024,
+    max_steps: int = 256,
     shortest: float = 0.0,
 ) -> tuple[float, int]:
     """Draw a step size within ``±step_jitter`` and a number of steps for the path.

@@ -1,7 +1,8 @@
 """PyMC step methods built on surrogates of the potential."""
 
+from pymc_surrogate.step_methods.adaptive_surrogate_hmc import AdaptiveSurrogateHMC
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.model_functions import ModelEvaluationError
 from pymc_surrogate.step_methods.surrogate_hmc import SurrogateHMC
 
-__all__ = ["SurrogateStep", "SurrogateHMC", "ModelEvaluationError"]
+__all__ = ["SurrogateStep", "SurrogateHMC", "AdaptiveSurrogateHMC", "ModelEvaluationError"]

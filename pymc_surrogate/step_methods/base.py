@@ -27,7 +27,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
 
-from pymc_surrogate.core.adaptation import tune_step_size_on_surrogate
+from pymc_surrogate.core.adaptation import warm_up_on_surrogate
 from pymc_surrogate.core.transitions import (
     ChainPoint,
     TransitionInfo,
@@ -64,6 +64,9 @@ class ChainState:
     total_grad_evals: int = 0
     draw_divergences: int = 0
     explore_history: np.ndarray | None = None  # frozen DE history when exploring in draws
+    learner: Any = None  # online learner of adaptive surrogates
+    n_adaptations: int = 0
+    surrogate_start: int = 0  # iteration of the first fit
 
 
 @dataclass_state
@@ -248,6 +251,7 @@ class SurrogateStep(ArrayStepShared):
                 chain.metric.update(info.point.q, info.point.grad, True)
             chain.positions.append(info.point.q)
             self._after_tune_iteration(chain, info)
+        self._after_iteration(chain, info)
         chain.iteration += 1
         chain.current = info.point
         chain.current_key = self._key(info.point.q)
@@ -327,9 +331,14 @@ class SurrogateStep(ArrayStepShared):
         chain.total_logp_evals += 1
         if np.isnan(potential):
             potential = np.inf  # NaN logp is a rejection, like -inf
+        point = ChainPoint(q, potential, grad_u)
         if self._keeps_training_data(chain) and np.isfinite(potential):
             chain.training.append(q, potential, grad_u)
-        return ChainPoint(q, potential, grad_u)
+            self._on_evaluation(chain, point)
+        return point
+
+    def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
+        """Hook: a new finite model evaluation was added to the training set."""
 
     def _keeps_training_data(self, chain: ChainState) -> bool:
         return not chain.frozen
@@ -372,6 +381,10 @@ class SurrogateStep(ArrayStepShared):
         return np.array(positions) if positions else np.zeros((0, chain.training.dim))
 
     # ------------------------------------------------------------- surrogate
+    def _energy_window(self) -> float:
+        # U - min U over the typical set is about chi2_d / 2; keep far more than that.
+        return self.dim + 10.0 * np.sqrt(self.dim) + 20.0
+
     def _enough_data(self, chain: ChainState) -> bool:
         return (
             chain.iteration >= self.explore_steps
@@ -380,7 +393,7 @@ class SurrogateStep(ArrayStepShared):
 
     def _after_tune_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.surrogate is None:
-            if self._enough_data(chain):
+            if self._enough_data(chain) and chain.iteration + 1 >= chain.last_fit_iteration:
                 self._refit(chain, final=False)
             return
         chain.accept_since_fit.append(info.accept_prob)
@@ -400,35 +413,68 @@ class SurrogateStep(ArrayStepShared):
         positions = np.array(chain.positions[len(chain.positions) // 2 :])
         if len(np.unique(positions, axis=0)) <= self.dim:
             # A chain that has barely moved says nothing about the scale; the spread of
-            # everything evaluated is a safer guess than a degenerate covariance.
-            positions = chain.training.positions
+            # what was evaluated near the typical set is a safer guess than a degenerate
+            # covariance.
+            positions = chain.training.positions[chain.training.relevant(self._energy_window())]
         return Whitening.from_samples(positions, dense=dense and positions.shape[0] > self.dim)
 
     def _refit(self, chain: ChainState, final: bool) -> None:
         """Re-estimate the posterior scale, the mass matrix and the surrogate."""
         chain.whitening = self._posterior_scale(chain, dense=True)
-        scale = chain.whitening if self.dense_mass else self._posterior_scale(chain, dense=False)
-        rng = self.rng.spawn(1)[0]
-        if scale.dense:
-            chain.metric = QuadPotentialFull(scale.covariance, rng=rng)
-        else:
-            chain.metric = QuadPotentialDiag(scale.covariance, rng=rng)
+        chain_scale = chain.whitening if self.dense_mass else self._posterior_scale(chain, dense=False)
+        chain.metric = self._metric(chain_scale)
         try:
             surrogate = self._fit_surrogate(chain)
         except (np.linalg.LinAlgError, ValueError) as err:
+            # Try again on the refit schedule, not at every iteration.
+            chain.last_fit_iteration = chain.iteration + 1
+            chain.accept_since_fit = []
             warnings.warn(f"{type(self).__name__}: surrogate fit failed ({err}); keeping the "
                           "previous kernel.", UserWarning, stacklevel=3)
             return
+        if chain.surrogate is None:
+            chain.surrogate_start = chain.iteration
         chain.surrogate = surrogate
         chain.last_fit_iteration = chain.iteration + 1
         chain.accept_since_fit = []
         chain.n_fits += 1
-        step = tune_step_size_on_surrogate(
-            surrogate.value_and_grad, chain.current.q if chain.current is not None else chain.whitening.mean,
-            chain.metric, chain.step_adapt.current(False), self.target_accept, self.path_length,
-            self.rng, max_energy_error=self.max_energy_error,
+        self._warm_up_on_surrogate(chain, chain_scale)
+
+    def _metric(self, scale: Whitening):
+        rng = self.rng.spawn(1)[0]
+        if scale.dense:
+            return QuadPotentialFull(scale.covariance, rng=rng)
+        return QuadPotentialDiag(scale.covariance, rng=rng)
+
+    def _warm_up_on_surrogate(self, chain: ChainState, chain_scale: Whitening) -> None:
+        """Step size and mass matrix from HMC on the new surrogate: no model evaluation.
+
+        A chain that explored badly in tuning (a direction it barely moved in) leaves a
+        collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
+        re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
+        so a surrogate that is wrong far from the data cannot blow the metric up.
+        """
+        start = chain.current.q if chain.current is not None else chain_scale.mean
+        common = dict(
+            value_and_grad=chain.surrogate.value_and_grad, q0=start,
+            target_accept=self.target_accept, path_length=self.path_length, rng=self.rng,
+            max_energy_error=self.max_energy_error,
         )
+        step, samples = warm_up_on_surrogate(
+            metric=chain.metric, initial_step=chain.step_adapt.current(False),
+            n_samples=max(200, 4 * self.dim), **common
+        )
+        if np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim:
+            sampled = Whitening.from_samples(samples, dense=self.dense_mass)
+            ratio = np.clip(sampled.covariance / chain_scale.covariance, 1e-3, 1e3) if not self.dense_mass else None
+            if ratio is not None:
+                sampled = Whitening(sampled.mean, np.sqrt(chain_scale.covariance * ratio))
+            chain.metric = self._metric(sampled)
+            step, _ = warm_up_on_surrogate(metric=chain.metric, initial_step=step, **common)
         chain.step_adapt = self._step_size_adaptation(step)
+
+    def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
+        """Hook: called after every transition, in tune and in the draws."""
 
     def _fit_surrogate(self, chain: ChainState):
         raise NotImplementedError

@@ -122,10 +122,6 @@ class SurrogateHMC(SurrogateStep):
         RandomNetworkSurrogate(**self._surrogate_settings)
         super().__init__(vars, **kwargs)
 
-    def _energy_window(self) -> float:
-        # U - min U over the typical set is about chi2_d / 2; keep far more than that.
-        return self.dim + 10.0 * np.sqrt(self.dim) + 20.0
-
     def _fit_surrogate(self, chain: ChainState) -> RandomNetworkSurrogate:
         training = chain.training
         keep = training.relevant(self._energy_window())

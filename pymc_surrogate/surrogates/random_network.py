@@ -58,6 +58,10 @@ class RandomNetworkSurrogate:
     n_train_ : int
         Training points used in the last fit.
     alpha_ : float
+    target_offset_ : float
+        Mean of the training potentials, subtracted before fitting.
+    normal_equations_ : RidgeSolution
+        The fit's normal equations, from which an online learner can continue.
     training_error_ : float
         Relative residual ``|y - y_hat| / |y|`` over the (centred) training equations.
     is_finite_ : bool
@@ -189,13 +193,35 @@ class RandomNetworkSurrogate:
         self.alpha_ = solution.alpha
         self.polynomial_coef_ = solution.free
         self.hidden_coef_ = solution.penalised
+        self.target_offset_ = offset
+        self.normal_equations_ = solution
         self._prepare_prediction(offset)
         return self
+
+    def value_features(self, positions: np.ndarray) -> np.ndarray:
+        """Rows of the value equations at ``positions`` (n, d): polynomial, then hidden."""
+        x = self.whitening_.to_white(np.atleast_2d(positions))
+        return np.hstack([self.polynomial_.values(x), self.hidden_.values(x)])
+
+    def with_coefficients(self, coef: np.ndarray) -> RandomNetworkSurrogate:
+        """A copy on the same basis with output weights ``coef`` (polynomial, then hidden).
+
+        The intercept is relative to ``target_offset_``, as in the fitted coefficients.
+        """
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        p = self.polynomial_.size
+        clone.polynomial_coef_ = np.array(coef[:p], dtype=np.float64)
+        clone.hidden_coef_ = np.array(coef[p:], dtype=np.float64)
+        clone._prepare_prediction(self.target_offset_)
+        return clone
 
     def _choose_quadratic(self, dim: int, n_equations: int) -> str:
         if self.quadratic != "auto":
             return self.quadratic
-        chosen = "none"
+        # At least the isotropic term, whatever the data: without a quadratic the surrogate
+        # is unbounded (softplus grows linearly) and trajectories on it run off.
+        chosen = "isotropic"
         for level in QUADRATIC_LEVELS:
             if n_equations >= 4 * polynomial_size(dim, level):
                 chosen = level
@@ -209,6 +235,8 @@ class RandomNetworkSurrogate:
         self._intercept = float(coef[0]) + offset
         self._linear = inv_chol.T @ coef[1 : 1 + d]
         quad = self.polynomial_.quadratic_matrix(coef)
+        if self.polynomial_.quadratic != "none":
+            quad = _positive_definite(quad)
         self._quadratic = inv_chol.T @ quad @ inv_chol
         self._inv_chol = inv_chol
         self._mean = self.whitening_.mean
@@ -259,3 +287,18 @@ class RandomNetworkSurrogate:
     def predict_gradient(self, positions: np.ndarray) -> np.ndarray:
         """Surrogate gradients at positions (n, d)."""
         return np.array([self.value_and_grad(q)[1] for q in np.atleast_2d(positions)])
+
+
+def _positive_definite(mat: np.ndarray, floor: float = 1e-3) -> np.ndarray:
+    """Clip the eigenvalues of a symmetric matrix to at least ``floor`` times the largest.
+
+    A least-squares quadratic can come out indefinite from too few or too local data;
+    the surrogate is then unbounded below and trajectories escape along the negative
+    directions. Clipping keeps it a proper density (the exact correction pays for the
+    change), and leaves a well-fitted positive-definite base untouched.
+    """
+    vals, vecs = np.linalg.eigh(mat)
+    top = max(float(np.max(np.abs(vals))), 1e-12)
+    if vals.min() >= floor * top:
+        return mat
+    return (vecs * np.maximum(vals, floor * top)) @ vecs.T

@@ -11,12 +11,21 @@ __all__ = ["RidgeSolution", "solve_partially_penalised_ridge"]
 
 
 class RidgeSolution(NamedTuple):
-    """Coefficients of the unpenalised (``free``) and penalised blocks."""
+    """Coefficients of the unpenalised (``free``) and penalised blocks.
+
+    ``gram``, ``rhs`` and ``penalty`` are the normal equations in column-scaled
+    coordinates (``coef_scaled = coef * column_scale``): ``(gram + diag(penalty))
+    coef_scaled = rhs``, which an online learner continues from.
+    """
 
     free: np.ndarray
     penalised: np.ndarray
     alpha: float
     gcv: float
+    gram: np.ndarray
+    rhs: np.ndarray
+    penalty: np.ndarray
+    column_scale: np.ndarray
 
 
 def _pseudo_inverse_psd(gram: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, int]:
@@ -103,4 +112,7 @@ def solve_partially_penalised_ridge(
         chosen = 0.0 if alpha is None else float(alpha)
         gcv = n * max(y_norm2, 0.0) / max(n - rank, 1) ** 2
     coef_free = g_ff_inv @ (b_f - g_fr @ weights)
-    return RidgeSolution(coef_free / norms[:p], weights / norms[p:], chosen, gcv)
+    penalty = np.concatenate([np.zeros(p), np.full(penalised_design.shape[1], chosen)])
+    return RidgeSolution(
+        coef_free / norms[:p], weights / norms[p:], chosen, gcv, gram, rhs, penalty, norms
+    )
