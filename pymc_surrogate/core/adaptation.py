@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_surrogate.core.integrator import Metric, ValueAndGrad, leapfrog
-from pymc_surrogate.core.jitter import jittered_trajectory
-from pymc_surrogate.core.metropolis import hamiltonian, metropolis_accept
+from pymc_surrogate.core.integrator import Metric, ValueAndGrad
+from pymc_surrogate.core.transitions import hmc_move
 
 __all__ = ["warm_up_on_surrogate"]
 
@@ -46,18 +45,11 @@ def warm_up_on_surrogate(
     samples = np.empty((n_samples, q.size))
     for i in range(n_adapt + n_samples):
         tuning = i < n_adapt
-        eps, n_steps = jittered_trajectory(adapt.current(tuning), path_length, rng, shortest=0.5)
-        p0 = metric.random()
-        h0 = hamiltonian(potential, metric.energy(p0))
-        end = leapfrog(q, p0, potential, grad, value_and_grad, metric, eps, n_steps,
-                       max_energy_range=max_energy_error)
-        prob = 0.0
-        if end.finite:
-            accepted, prob = metropolis_accept(h0 - hamiltonian(end.potential, metric.energy(end.p)), rng)
-            if accepted:
-                q, potential, grad = end.q, end.potential, end.grad
+        move = hmc_move(q, potential, grad, value_and_grad, metric, adapt.current(tuning),
+                        path_length, max_energy_error, rng)
+        q, potential, grad = move.q, move.potential, move.grad
         if tuning:
-            adapt.update(prob, True)
+            adapt.update(move.accept_prob, True)
         else:
             samples[i - n_adapt] = q
     return float(adapt.current(False)), samples

@@ -29,6 +29,8 @@ __all__ = [
     "surrogate_hmc_transition",
     "surrogate_transition",
     "differential_evolution_transition",
+    "hmc_move",
+    "HMCMove",
 ]
 
 
@@ -135,6 +137,48 @@ def surrogate_hmc_transition(
     )
 
 
+class HMCMove(NamedTuple):
+    """One Metropolis-adjusted HMC move on a cheap field (the surrogate)."""
+
+    q: np.ndarray
+    potential: float
+    grad: np.ndarray
+    accepted: bool
+    accept_prob: float
+    diverged: bool
+    energy_error: float
+    kinetic: float  # kinetic energy at the end of the move (accepted or not)
+    n_steps: int
+    step_size: float
+
+
+def hmc_move(
+    q: np.ndarray,
+    potential: float,
+    grad: np.ndarray,
+    value_and_grad: ValueAndGrad,
+    metric: Metric,
+    step_size: float,
+    path_length: float,
+    max_energy_error: float,
+    rng: np.random.Generator,
+) -> HMCMove:
+    """HMC transition exact for ``exp(-U)`` of ``value_and_grad`` (jittered length and step)."""
+    eps, n_steps = jittered_trajectory(step_size, path_length, rng, shortest=0.5)
+    p0 = metric.random()
+    kinetic0 = metric.energy(p0)
+    end = leapfrog(q, p0, potential, grad, value_and_grad, metric, eps, n_steps,
+                   max_energy_range=max_energy_error)
+    if not end.finite:
+        return HMCMove(q, potential, grad, False, 0.0, True, np.inf, kinetic0, end.n_steps, eps)
+    kinetic1 = metric.energy(end.p)
+    error = _nan_to_inf((end.potential + kinetic1) - (potential + kinetic0))
+    accepted, prob = metropolis_accept(-error, rng)
+    if accepted:
+        return HMCMove(end.q, end.potential, end.grad, True, prob, False, error, kinetic1, end.n_steps, eps)
+    return HMCMove(q, potential, grad, False, prob, False, error, kinetic0, end.n_steps, eps)
+
+
 def surrogate_transition(
     current: ChainPoint,
     evaluate: Evaluate,
@@ -155,34 +199,19 @@ def surrogate_transition(
     """
     s_start, s_grad = surrogate_value_and_grad(current.q)
     q, s_potential = current.q, s_start
-    inner_probs, n_steps, diverged = [], 0, False
-    eps = step_size
-    energy = surrogate_error = 0.0
+    probs, n_steps, diverged = [], 0, False
     for _ in range(n_inner):
-        eps, length = jittered_trajectory(step_size, path_length, rng, shortest=0.5)
-        p0 = metric.random()
-        kinetic0 = metric.energy(p0)
-        end = leapfrog(
-            q, p0, s_potential, s_grad, surrogate_value_and_grad, metric, eps, length,
-            max_energy_range=max_energy_error,
-        )
-        n_steps += end.n_steps
-        if not end.finite:
-            diverged = True
-            inner_probs.append(0.0)
-            continue
-        kinetic1 = metric.energy(end.p)
-        surrogate_error = _nan_to_inf((end.potential + kinetic1) - (s_potential + kinetic0))
-        accepted, prob = metropolis_accept(-surrogate_error, rng)
-        inner_probs.append(prob)
-        if accepted:
-            q, s_potential, s_grad, energy = end.q, end.potential, end.grad, kinetic1
-        else:
-            energy = kinetic0
-    adapt_stat = float(np.mean(inner_probs))
+        move = hmc_move(q, s_potential, s_grad, surrogate_value_and_grad, metric, step_size,
+                        path_length, max_energy_error, rng)
+        q, s_potential, s_grad = move.q, move.potential, move.grad
+        probs.append(move.accept_prob)
+        n_steps += move.n_steps
+        diverged |= move.diverged
+    adapt_stat = float(np.mean(probs))
     if q is current.q:
-        h = hamiltonian(current.potential, energy)
-        return TransitionInfo(current, False, 1.0, adapt_stat, diverged, h, 0.0, surrogate_error, n_steps, eps)
+        h = hamiltonian(current.potential, move.kinetic)
+        return TransitionInfo(current, False, 1.0, adapt_stat, diverged, h, 0.0,
+                              move.energy_error, n_steps, move.step_size)
     proposal = evaluate(q)
     log_ratio = surrogate_transition_log_ratio(
         current.potential, proposal.potential, s_start, s_potential
@@ -190,8 +219,8 @@ def surrogate_transition(
     accepted, prob = metropolis_accept(log_ratio, rng)
     point = proposal if accepted else current
     return TransitionInfo(
-        point, accepted, prob, adapt_stat, diverged, hamiltonian(point.potential, energy),
-        -log_ratio, surrogate_error, n_steps, eps,
+        point, accepted, prob, adapt_stat, diverged, hamiltonian(point.potential, move.kinetic),
+        -log_ratio, move.energy_error, n_steps, move.step_size,
     )
 
 
