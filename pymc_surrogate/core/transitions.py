@@ -73,9 +73,10 @@ def exact_hmc_transition(
     path_length: float,
     max_energy_error: float,
     rng: np.random.Generator,
+    max_steps: int = 256,
 ) -> TransitionInfo:
     """Plain HMC on the true potential; every leapfrog point is a model evaluation."""
-    eps, n_steps = jittered_trajectory(step_size, path_length, rng, shortest=0.5)
+    eps, n_steps = jittered_trajectory(step_size, path_length, rng, max_steps=max_steps, shortest=0.5)
     p0 = metric.random()
     h0 = hamiltonian(current.potential, metric.energy(p0))
     last: list[ChainPoint] = []

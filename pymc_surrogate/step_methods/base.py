@@ -176,7 +176,7 @@ class SurrogateStep(ArrayStepShared):
         # Exact HMC gathers d+1 equations at every leapfrog point, so a short run gives
         # a good fit; a random walk gives one equation a step and mixes slowly.
         if self.functions.has_gradient:
-            return 100
+            return 60
         return int(max(300, 30 * self.dim))
 
     def _min_training_points(self) -> int:
@@ -186,7 +186,8 @@ class SurrogateStep(ArrayStepShared):
     def _new_chain(self) -> ChainState:
         initial_step = 0.25 / self.dim**0.25
         metric = QuadPotentialDiagAdapt(
-            self.dim, np.zeros(self.dim), np.ones(self.dim), 10, rng=self.rng.spawn(1)[0]
+            self.dim, np.zeros(self.dim), np.ones(self.dim), 10,
+            early_update=self._early_mass_update, rng=self.rng.spawn(1)[0],
         )
         return ChainState(
             training=TrainingSet(self.dim),
@@ -357,6 +358,7 @@ class SurrogateStep(ArrayStepShared):
                 min(self.path_length, self._explore_path_length),
                 self.max_energy_error,
                 self.rng,
+                max_steps=self._explore_max_steps,
             )
         history = chain.explore_history
         if history is None:
@@ -372,6 +374,12 @@ class SurrogateStep(ArrayStepShared):
     # Exact trajectories pay one model evaluation a step: exploration only needs to reach
     # and cover the typical set, not antithetic draws.
     _explore_path_length = 1.5
+    # At most 32 steps and the mass matrix adapted from the start (after PyMC's discard
+    # window): the first iterations, with a unit mass matrix and a tiny step, otherwise
+    # spend most of the exploration's evaluations. Measured on the logistic regression
+    # (d = 50): tuning cost 3057 -> 1719 evaluations, same ESS.
+    _explore_max_steps = 32
+    _early_mass_update = True
 
     @staticmethod
     def _explore_history(chain: ChainState) -> np.ndarray:
