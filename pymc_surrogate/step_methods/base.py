@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.optimize
 from rich.progress import TextColumn
 from rich.table import Column
 
@@ -350,6 +351,8 @@ class SurrogateStep(ArrayStepShared):
         if self.has_gradient:
             if current.grad is None:
                 current = self._evaluate(chain, current.q, with_grad=True)
+            if chain.iteration == 0 and self.tune and self._start_at_mode:
+                current = self._climb_to_mode(chain, current)
             return exact_hmc_transition(
                 current,
                 lambda q: self._evaluate(chain, q, with_grad=True),
@@ -370,6 +373,35 @@ class SurrogateStep(ArrayStepShared):
             chain.explore_adapt.current(self.tune and not chain.frozen),
             self.rng,
         )
+
+    # Tuning starts with a short quasi-Newton climb (gradient models only).
+    _start_at_mode = True
+    _mode_iterations = 50
+
+    def _climb_to_mode(self, chain: ChainState, start: ChainPoint) -> ChainPoint:
+        """A few L-BFGS iterations toward the mode before the first exploration step.
+
+        Warm-up draws are discarded, so where tuning starts is free to choose. Starting
+        near the mode skips the long transient of HMC from a poor initial point (at a tiny
+        step with a unit mass matrix), and every evaluation on the way is training data
+        near the posterior. Bounded to ``_mode_iterations`` so that a posterior whose
+        density is unbounded (a funnel) cannot send the climb far.
+        """
+        best = [start]
+
+        def potential_and_grad(q):
+            point = self._evaluate(chain, q, with_grad=True)
+            if np.isfinite(point.potential) and point.potential < best[0].potential:
+                best[0] = point
+            if not np.isfinite(point.potential):
+                return 1e300, np.zeros_like(q)
+            return point.potential, point.grad
+
+        scipy.optimize.minimize(
+            potential_and_grad, start.q, jac=True, method="L-BFGS-B",
+            options={"maxiter": self._mode_iterations, "maxfun": 2 * self._mode_iterations},
+        )
+        return best[0]
 
     # Exact trajectories pay one model evaluation a step: exploration only needs to reach
     # and cover the typical set, not antithetic draws.
