@@ -59,6 +59,9 @@ class TransitionInfo(NamedTuple):
     surrogate_energy_error: float
     n_steps: int
     step_size: float
+    # Acceptance of the true-model correction alone (the surrogate's quality); for
+    # kernels with one Metropolis test it equals accept_prob.
+    correction_prob: float | None = None
 
 
 def _nan_to_inf(x: float) -> float:
@@ -210,9 +213,10 @@ def surrogate_transition(
         diverged |= move.diverged
     adapt_stat = float(np.mean(probs))
     if q is current.q:
+        # Reported acceptance: the chance the whole transition moves (inner times outer).
         h = hamiltonian(current.potential, move.kinetic)
-        return TransitionInfo(current, False, 1.0, adapt_stat, diverged, h, 0.0,
-                              move.energy_error, n_steps, move.step_size)
+        return TransitionInfo(current, False, adapt_stat, adapt_stat, diverged, h, 0.0,
+                              move.energy_error, n_steps, move.step_size, 1.0)
     proposal = evaluate(q)
     log_ratio = surrogate_transition_log_ratio(
         current.potential, proposal.potential, s_start, s_potential
@@ -220,8 +224,9 @@ def surrogate_transition(
     accepted, prob = metropolis_accept(log_ratio, rng)
     point = proposal if accepted else current
     return TransitionInfo(
-        point, accepted, prob, adapt_stat, diverged, hamiltonian(point.potential, move.kinetic),
-        -log_ratio, move.energy_error, n_steps, move.step_size,
+        point, accepted, prob * adapt_stat, adapt_stat, diverged,
+        hamiltonian(point.potential, move.kinetic),
+        -log_ratio, move.energy_error, n_steps, move.step_size, prob,
     )
 
 
@@ -232,21 +237,25 @@ def differential_evolution_transition(
     scale: float,
     rng: np.random.Generator,
 ) -> TransitionInfo:
-    """Gradient-free exploration: a differential-evolution (DE-MCz) random-walk step.
+    """Gradient-free exploration: differential evolution (DE-MCz) mixed with a random walk.
 
     The jump ``gamma (z1 - z2)`` between two past states adapts the proposal to the
     posterior's scale and correlations without any covariance estimate (ter Braak & Vrugt
-    2008). With fewer than three past states, an isotropic step of size ``scale / 10``.
-    The proposal is symmetric given the history, so Metropolis needs no Hastings term.
+    2008). Differences of past states only span the directions the chain has already
+    moved in, so a third of the steps are isotropic (at the history's mean spread): they
+    let the chain open up directions its history has collapsed in. Without two distinct
+    past states, an isotropic step of size ``scale / 10``. The mixture is symmetric given
+    the history, so Metropolis needs no Hastings term.
     """
     dim = current.q.shape[0]
-    jump = np.zeros(dim)
-    if history.shape[0] >= 3:
+    spread = float(np.sqrt(np.mean(np.var(history, axis=0)))) if history.shape[0] >= 3 else 0.0
+    if spread > 0 and rng.uniform() < 2.0 / 3.0:
         i, j = rng.choice(history.shape[0], size=2, replace=False)
         jump = scale * 2.38 / np.sqrt(2 * dim) * (history[i] - history[j])
-        jump += 1e-4 * scale * np.abs(jump).mean() * rng.standard_normal(dim)
-    if not np.any(jump):
-        # Too little (or no distinct) history yet: an isotropic step.
+        jump += 1e-3 * scale * spread * rng.standard_normal(dim)
+    elif spread > 0:
+        jump = scale * 2.38 / np.sqrt(dim) * spread * rng.standard_normal(dim)
+    else:
         jump = 0.1 * scale * rng.standard_normal(dim)
     proposal = evaluate(current.q + jump)
     error = _nan_to_inf(proposal.potential - current.potential)

@@ -433,16 +433,24 @@ class SurrogateStep(ArrayStepShared):
 
     def _after_tune_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.surrogate is None:
-            if self._enough_data(chain) and chain.iteration + 1 >= chain.last_fit_iteration:
+            if self._enough_data(chain) and self._fit_due(chain):
                 self._refit(chain, final=False)
             return
-        chain.accept_since_fit.append(info.accept_prob)
-        if chain.iteration + 1 >= self._refit_growth * chain.last_fit_iteration + 50:
+        chain.accept_since_fit.append(
+            info.accept_prob if info.correction_prob is None else info.correction_prob
+        )
+        if self._fit_due(chain):
             if np.mean(chain.accept_since_fit) < self._good_acceptance:
                 self._refit(chain, final=False)
             else:  # the surrogate is good: postpone the (costly) refit
                 chain.last_fit_iteration = chain.iteration + 1
                 chain.accept_since_fit = []
+
+    def _fit_due(self, chain: ChainState) -> bool:
+        """Fits (and retries after a failed one) at geometrically spaced iterations."""
+        if chain.last_fit_iteration == 0:
+            return True
+        return chain.iteration + 1 >= self._refit_growth * chain.last_fit_iteration + 50
 
     # Refit in tune at iterations growing geometrically, unless the surrogate is so good
     # already that the true acceptance is above _good_acceptance.

@@ -34,8 +34,8 @@ class RandomNetworkSurrogate:
     activation : {"softplus", "rbf"}
         Additive softplus nodes (default: they capture global structure) or RBF nodes.
     quadratic : {"auto", "full", "diagonal", "isotropic", "none"}
-        Quadratic terms of the base. ``"auto"`` picks the richest level with at least four
-        equations per coefficient.
+        Quadratic terms of the base. ``"auto"`` picks the richest level with at least two
+        equations per coefficient (isotropic at least).
     alpha : float, optional
         Ridge penalty on the hidden-node weights; ``None`` chooses it by generalised
         cross-validation.
@@ -179,10 +179,19 @@ class RandomNetworkSurrogate:
             targets.append(weight * gx.reshape(-1))
         free_design, penalised_design = np.vstack(free_rows), np.vstack(penalised_rows)
         target = np.concatenate(targets)
-        solution = solve_partially_penalised_ridge(
-            free_design, penalised_design, target, self.alpha
-        )
-        residual = target - free_design @ solution.free - penalised_design @ solution.penalised
+        solution, residual = self._solve(free_design, penalised_design, target)
+        if hidden.size:
+            # The hidden nodes must earn their place: compare generalised cross-validation
+            # (from the actual residuals, which also catches a numerically broken solve)
+            # with the polynomial base alone. On value-only data in moderate dimension the
+            # nodes often overfit; on gradient data they usually help.
+            base, base_residual = self._solve(free_design, penalised_design[:, :0], target)
+            if _gcv(base_residual, base.dof) <= _gcv(residual, solution.dof) or (
+                self.n_hidden != "auto"
+                and np.linalg.norm(residual) > np.linalg.norm(base_residual)
+            ):
+                hidden = RandomFeatures(hidden.activation, hidden.weights[:0], hidden.offsets[:0])
+                solution, residual = base, base_residual
         scale = np.linalg.norm(target)
         self.training_error_ = float(np.linalg.norm(residual) / scale) if scale > 0 else 0.0
 
@@ -216,6 +225,13 @@ class RandomNetworkSurrogate:
         clone._prepare_prediction(self.target_offset_)
         return clone
 
+    def _solve(self, free_design, penalised_design, target):
+        solution = solve_partially_penalised_ridge(
+            free_design, penalised_design, target, self.alpha
+        )
+        residual = target - free_design @ solution.free - penalised_design @ solution.penalised
+        return solution, residual
+
     def _choose_quadratic(self, dim: int, n_equations: int) -> str:
         if self.quadratic != "auto":
             return self.quadratic
@@ -223,7 +239,7 @@ class RandomNetworkSurrogate:
         # is unbounded (softplus grows linearly) and trajectories on it run off.
         chosen = "isotropic"
         for level in QUADRATIC_LEVELS:
-            if n_equations >= 4 * polynomial_size(dim, level):
+            if n_equations >= 2 * polynomial_size(dim, level):
                 chosen = level
         return chosen
 
@@ -236,7 +252,9 @@ class RandomNetworkSurrogate:
         self._linear = inv_chol.T @ coef[1 : 1 + d]
         quad = self.polynomial_.quadratic_matrix(coef)
         if self.polynomial_.quadratic != "none":
-            quad = _positive_definite(quad)
+            # In whitened coordinates the posterior's curvature is about 1: far flatter
+            # directions are fitting artefacts along which trajectories would run away.
+            quad = _positive_definite(quad, absolute_floor=0.02)
         self._quadratic = inv_chol.T @ quad @ inv_chol
         self._inv_chol = inv_chol
         self._mean = self.whitening_.mean
@@ -289,7 +307,12 @@ class RandomNetworkSurrogate:
         return np.array([self.value_and_grad(q)[1] for q in np.atleast_2d(positions)])
 
 
-def _positive_definite(mat: np.ndarray, floor: float = 1e-3) -> np.ndarray:
+def _gcv(residual: np.ndarray, dof: float) -> float:
+    n = residual.size
+    return float(n * (residual @ residual) / max(n - dof, 1e-3 * n) ** 2)
+
+
+def _positive_definite(mat: np.ndarray, floor: float = 1e-3, absolute_floor: float = 0.0) -> np.ndarray:
     """Clip the eigenvalues of a symmetric matrix to at least ``floor`` times the largest.
 
     A least-squares quadratic can come out indefinite from too few or too local data;
@@ -298,7 +321,7 @@ def _positive_definite(mat: np.ndarray, floor: float = 1e-3) -> np.ndarray:
     change), and leaves a well-fitted positive-definite base untouched.
     """
     vals, vecs = np.linalg.eigh(mat)
-    top = max(float(np.max(np.abs(vals))), 1e-12)
-    if vals.min() >= floor * top:
+    lowest = max(floor * max(float(np.max(np.abs(vals))), 1e-12), absolute_floor)
+    if vals.min() >= lowest:
         return mat
-    return (vecs * np.maximum(vals, floor * top)) @ vecs.T
+    return (vecs * np.maximum(vals, lowest)) @ vecs.T

@@ -26,6 +26,7 @@ class RidgeSolution(NamedTuple):
     rhs: np.ndarray
     penalty: np.ndarray
     column_scale: np.ndarray
+    dof: float
 
 
 def _pseudo_inverse_psd(gram: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, int]:
@@ -106,13 +107,15 @@ def solve_partially_penalised_ridge(
             scores.append(n * rss / max(n - dof, 1e-3 * n) ** 2)
         best = int(np.argmin(scores))
         chosen, gcv = float(grid[best]), float(scores[best])
+        dof = rank + float(np.sum(vals / (vals + chosen)))
         weights = vecs @ (vtr / (vals + chosen))
     else:
         weights = np.zeros(0)
         chosen = 0.0 if alpha is None else float(alpha)
         gcv = n * max(y_norm2, 0.0) / max(n - rank, 1) ** 2
+        dof = float(rank)
     coef_free = g_ff_inv @ (b_f - g_fr @ weights)
     penalty = np.concatenate([np.zeros(p), np.full(penalised_design.shape[1], chosen)])
     return RidgeSolution(
-        coef_free / norms[:p], weights / norms[p:], chosen, gcv, gram, rhs, penalty, norms
+        coef_free / norms[:p], weights / norms[p:], chosen, gcv, gram, rhs, penalty, norms, dof
     )
