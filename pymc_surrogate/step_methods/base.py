@@ -370,7 +370,9 @@ class SurrogateStep(ArrayStepShared):
             current,
             lambda q: self._evaluate(chain, q, with_grad=False),
             history,
-            chain.explore_adapt.current(self.tune and not chain.frozen),
+            # Dual averaging is built for HMC step sizes and overshoots early; a random
+            # walk's scale factor (1 is DE-MCz's optimum) never needs to leave [0.01, 3].
+            float(np.clip(chain.explore_adapt.current(self.tune and not chain.frozen), 0.01, 3.0)),
             self.rng,
         )
 
