@@ -65,6 +65,7 @@ class ChainState:
     total_grad_evals: int = 0
     draw_divergences: int = 0
     explore_history: np.ndarray | None = None  # frozen DE history when exploring in draws
+    prior_draws: np.ndarray | None = None  # seeds the DE history early in exploration
     learner: Any = None  # online learner of adaptive surrogates
     n_adaptations: int = 0
     surrogate_start: int = 0  # iteration of the first fit
@@ -415,12 +416,41 @@ class SurrogateStep(ArrayStepShared):
     _explore_max_steps = 32
     _early_mass_update = True
 
-    @staticmethod
-    def _explore_history(chain: ChainState) -> np.ndarray:
-        # The second half of the path: past the initial transient, like PyMC's DEMetropolisZ
-        # drawing from its tuning history.
+    def _explore_history(self, chain: ChainState) -> np.ndarray:
+        """Past states the differential-evolution jumps are drawn from.
+
+        The second half of the path (past the initial transient, as PyMC's DEMetropolisZ
+        draws from its tuning history). While that is short, draws from the prior are
+        added, as DE-MC starts from a population: differences of a chain's first few
+        states span only the directions it has moved in, and a chain that starts with
+        tiny steps then stays confined to them.
+        """
         positions = chain.positions[len(chain.positions) // 2 :]
-        return np.array(positions) if positions else np.zeros((0, chain.training.dim))
+        history = np.array(positions) if positions else np.zeros((0, self.dim))
+        if len(history) < 10 * self.dim:
+            if chain.prior_draws is None:
+                chain.prior_draws = self._draw_prior(10 * self.dim)
+            history = np.vstack([chain.prior_draws, history])
+        return history
+
+    def _draw_prior(self, n: int) -> np.ndarray:
+        """``n`` prior draws of this step's block, raveled in the sampler's (transformed)
+        space; empty when some prior cannot be sampled (``pm.Flat``, custom densities)."""
+        from pymc.initial_point import make_initial_point_fn
+
+        model = self._model
+        try:
+            draw = make_initial_point_fn(
+                model=model, overrides={rv: "prior" for rv in model.free_RVs},
+                default_strategy="prior", return_transformed=True,
+            )
+            seeds = self.rng.integers(2**31, size=n)
+            names = [v.name for v in self.vars]
+            rows = [np.concatenate([np.ravel(draw(int(seed))[name]) for name in names]) for seed in seeds]
+        except Exception:  # noqa: BLE001 - any prior we cannot draw from: do without
+            return np.zeros((0, self.dim))
+        rows = np.array(rows, dtype=np.float64)
+        return rows[np.all(np.isfinite(rows), axis=1)]
 
     # ------------------------------------------------------------- surrogate
     def _energy_window(self) -> float:
