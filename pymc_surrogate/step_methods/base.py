@@ -105,7 +105,7 @@ class SurrogateStep(ArrayStepShared):
         "training_size": (np.int64, []),
         "uses_surrogate": (bool, []),
         "surrogate_fits": (np.int64, []),
-        "divergences": (np.int64, []),
+        "diverging_total": (np.int64, []),
         "perf_counter_diff": (np.float64, []),
         "perf_counter_start": (np.float64, []),
         "warning": (SamplerWarning, None),
@@ -133,6 +133,19 @@ class SurrogateStep(ArrayStepShared):
             vars = model.continuous_value_vars
         else:
             vars = get_value_vars_from_user_vars(vars, model)
+        if not vars:
+            discrete_names = [v.name for v in model.value_vars if v.dtype not in continuous_types]
+            raise ValueError(
+                f"{type(self).__name__} needs continuous variables, and this model has none"
+                + (f" (its free variables {', '.join(discrete_names)} are discrete; sample them "
+                   "with pm.Metropolis or pm.CategoricalGibbsMetropolis)." if discrete_names else ".")
+            )
+        sizes = [int(np.size((initial_point or model.initial_point())[v.name])) for v in vars]
+        if sum(sizes) == 0:
+            raise ValueError(
+                f"{type(self).__name__}: the variables {', '.join(v.name for v in vars)} have no "
+                "entries (size 0); there is nothing to sample."
+            )
         discrete = [v.name for v in vars if v.dtype not in continuous_types]
         if discrete:
             raise ValueError(
@@ -285,7 +298,7 @@ class SurrogateStep(ArrayStepShared):
             "training_size": len(chain.training),
             "uses_surrogate": chain.surrogate is not None,
             "surrogate_fits": chain.n_fits,
-            "divergences": chain.draw_divergences,
+            "diverging_total": chain.draw_divergences,
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
             "warning": warning,
@@ -595,8 +608,8 @@ class SurrogateStep(ArrayStepShared):
                 "step_size": stats["step_size"],
                 "training_size": stats["training_size"],
                 "total_model_evals": stats["total_model_evals"],
-                "divergences": stats["divergences"],
-                "failing": stats["divergences"] > 0,
+                "divergences": stats["diverging_total"],
+                "failing": stats["diverging_total"] > 0,
             }
 
         return (update_stats,)

@@ -293,14 +293,17 @@ class RandomNetworkSurrogate:
         return float(value), grad
 
     def predict(self, positions: np.ndarray) -> np.ndarray:
-        """Surrogate potentials at positions (n, d)."""
-        positions = np.atleast_2d(positions)
-        x = self.whitening_.to_white(positions)
-        return (
-            self.polynomial_.values(x) @ self.polynomial_coef_
-            + self.hidden_.values(x) @ self.hidden_coef_
-            + (self._intercept - self.polynomial_coef_[0])
-        )
+        """Surrogate potentials at positions (n, d): the same function as ``value_and_grad``."""
+        q = np.atleast_2d(np.asarray(positions, dtype=np.float64))
+        r = q - self._mean
+        values = self._intercept + r @ self._linear + 0.5 * np.einsum("ni,ij,nj->n", r, self._quadratic, r)
+        if self._node_coef.size:
+            if self.hidden_.activation == "softplus":
+                z = q @ self._node_weights.T + self._node_offsets
+                values = values + np.logaddexp(0.0, z) @ self._node_coef
+            else:
+                values = values + self.hidden_.values(r @ self._inv_chol.T) @ self._node_coef
+        return values
 
     def predict_gradient(self, positions: np.ndarray) -> np.ndarray:
         """Surrogate gradients at positions (n, d)."""
