@@ -71,3 +71,14 @@ def assert_recovers(idata, var, mean, sd, n_sigma=4.5):
     assert np.all(np.abs(est_mean - mean) < n_sigma * mcse_mean), (est_mean - mean) / mcse_mean
     assert np.all(np.abs(est_sd - sd) < n_sigma * mcse_sd), (est_sd - sd) / mcse_sd
     assert float(az.rhat(idata, var_names=[var])[var].max()) < 1.02
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tag the reliability suite (issue 5, in progress) so CI can leave it out for now.
+
+    Run it with ``python -m pytest -m reliability tests/reliability``; its known failures
+    are listed in the session note until they are fixed.
+    """
+    for item in items:
+        if "reliability" in item.path.parts:
+            item.add_marker(pytest.mark.reliability)

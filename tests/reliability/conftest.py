@@ -1,0 +1,53 @@
+"""Parametrisation of the reliability suite over the registry of step methods.
+
+A test that takes ``step`` runs once per entry of ``registry.STEPS`` (every class in
+``pymc_surrogate.STEP_METHODS``, default settings); one that takes ``exact_step`` once per
+entry of ``registry.EXACTNESS_STEPS`` (also the non-default variants). Known bugs from
+``registry.KNOWN_BUGS`` become strict xfails of exactly the affected test ids.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.registry import EXACTNESS_STEPS, KNOWN_BUGS, STEPS
+
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+def pytest_generate_tests(metafunc):
+    for argname, entries in (("step", STEPS), ("exact_step", EXACTNESS_STEPS)):
+        if argname in metafunc.fixturenames:
+            metafunc.parametrize(argname, entries, ids=[e.id for e in entries])
+
+
+@pytest.fixture(autouse=True)
+def _known_bugs(request):
+    key = f"{Path(request.node.fspath).stem}::{request.node.name}"
+    reason = KNOWN_BUGS.get(key)
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _quiet_pymc():
+    # PyMC logs a few lines per pm.sample call; hundreds of calls drown pytest's output.
+    logger = logging.getLogger("pymc")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def results_dir() -> Path:
+    """``tests/reliability/results/`` (git-ignored): where long runs record their numbers."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    ignore = RESULTS_DIR / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n")
+    return RESULTS_DIR

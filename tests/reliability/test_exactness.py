@@ -1,0 +1,138 @@
+"""Exactness on posteriors known in closed form or by quadrature.
+
+Every tolerance is a multiple of ArviZ's Monte Carlo standard error (``az.mcse``), the
+multiple set by a Bonferroni bound over the comparisons a test makes (``helpers.n_sigma``,
+family-wise false-alarm rate 1e-3); R-hat < 1.02 on top. Runs once per entry of
+``registry.EXACTNESS_STEPS`` (every step method with its default settings, plus variants
+such as ``SurrogateHMC(correction="hamiltonian")``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_surrogate.models import make_banana
+from tests.conftest import correlated_gaussian, gaussian_model
+from tests.reliability.registry import accepts, init_parameters
+from tests.reliability.helpers import (
+    BlackBoxLogp,
+    assert_gaussian,
+    assert_healthy,
+    assert_moments,
+    make_step_or_skip,
+    sample,
+)
+
+
+# ------------------------------------------------------------ correlated Gaussians
+@pytest.mark.parametrize(
+    "dim,condition,tune",
+    [
+        (2, 10.0, 500),
+        (5, 10.0, 500),
+        (10, 100.0, 600),
+        pytest.param(20, 100.0, 800, marks=pytest.mark.slow),
+        # Ill-conditioned: eigenvalues from 1 to 1000, times scales from 0.5 to 3.
+        pytest.param(50, 1000.0, 1000, marks=pytest.mark.slow),
+    ],
+    ids=lambda v: str(v),
+)
+def test_correlated_gaussian(exact_step, dim, condition, tune):
+    mean, cov = correlated_gaussian(dim, seed=dim, condition=condition)
+    with gaussian_model(mean, cov):
+        idata = sample(exact_step(), tune=tune)
+    assert_healthy(idata)
+    assert_gaussian(idata, "x", mean, cov)
+
+
+@pytest.mark.parametrize(
+    "dim,tune",
+    [(3, 600), pytest.param(10, 1500, marks=pytest.mark.slow)],
+    ids=lambda v: str(v),
+)
+def test_black_box_gaussian(exact_step, dim, tune):
+    # tests.conftest.BlackBoxGaussianLogp: a Python Op with no gradient.
+    mean, cov = correlated_gaussian(dim, seed=100 + dim, condition=10.0)
+    with gaussian_model(mean, cov, black_box=True):
+        step = make_step_or_skip(exact_step)
+        idata = sample(step, tune=tune)
+    assert_healthy(idata)
+    assert int(idata.sample_stats["total_gradient_evals"].max()) == 0
+    assert_gaussian(idata, "x", mean, cov)
+
+
+# ---------------------------------------------------- conjugate linear regression
+def linear_regression(n_obs=40, n_coef=3, sigma=0.7, tau=2.0, seed=3):
+    """y = X beta + N(0, sigma^2), beta ~ N(0, tau^2 I): posterior N(m, S) in closed form."""
+    rng = np.random.default_rng(seed)
+    x = np.column_stack([np.ones(n_obs), rng.normal(size=(n_obs, n_coef - 1))])
+    x[:, 1:] += 1.5  # correlated with the intercept: a tilted posterior
+    beta = rng.normal(0, tau, n_coef)
+    y = x @ beta + sigma * rng.normal(size=n_obs)
+    cov = np.linalg.inv(x.T @ x / sigma**2 + np.eye(n_coef) / tau**2)
+    mean = cov @ x.T @ y / sigma**2
+    return x, y, sigma, tau, mean, cov
+
+
+@pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
+def test_conjugate_linear_regression(exact_step, black_box):
+    x, y, sigma, tau, mean, cov = linear_regression()
+    with pm.Model():
+        beta = pm.Normal("beta", 0.0, tau, shape=len(mean))
+        if black_box:
+            def loglik(b):
+                r = y - x @ b
+                return -0.5 * (r @ r) / sigma**2
+
+            pm.Potential("lik", BlackBoxLogp(loglik, "regression")(beta))
+        else:
+            pm.Normal("y", pt_dot(x, beta), sigma, observed=y)
+        step = make_step_or_skip(exact_step)
+        idata = sample(step, tune=800 if black_box else 500)
+    assert_healthy(idata)
+    assert_gaussian(idata, "beta", mean, cov)
+
+
+def pt_dot(a, b):
+    import pytensor.tensor as pt
+
+    return pt.dot(a, b)
+
+
+# ----------------------------------------------------------------- banana
+@pytest.mark.parametrize("black_box", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["gradient", "black_box"])
+def test_banana_against_quadrature(exact_step, black_box):
+    """sparse-grid-hmc §4.2: curved, non-Gaussian; the surrogate is only approximate here,
+    so the exact correction does real work. Reference moments by 1-d quadrature."""
+    model, info = make_banana()
+    with model:
+        step = make_step_or_skip(exact_step, use_gradient=False) if black_box else exact_step()
+        idata = sample(step, tune=1000, draws=1500)
+    assert_healthy(idata)
+    assert_moments(idata, "beta", info.ref_mean["beta"], info.ref_sd["beta"])
+
+
+# ------------------------------------------------------------ approximate modes
+def test_approximate_mode_is_flagged(step):
+    """``exact=False`` (VariationalHMC's free-form mode, SparseGridHMC's GHMC-complete)
+    must warn when chosen, and leave a mark on the result: ``step.exact is False`` or a
+    per-draw stat (``exact`` all False, or ``approximate`` all True). The default must be
+    exact."""
+    if not accepts(step.cls, "exact"):
+        pytest.skip(f"{step.id} has no approximate mode (no `exact` setting)")
+    assert init_parameters(step.cls)["exact"].default is True
+    mean, cov = correlated_gaussian(2, seed=7)
+    with gaussian_model(mean, cov):
+        with pytest.warns(UserWarning, match=r"(?i)approximat|not exact|exact=False"):
+            approximate = step(exact=False)
+        idata = sample(approximate, chains=1, tune=300, draws=100)
+        default = step()
+    stats = idata.sample_stats
+    marked_by_stat = ("exact" in stats and not bool(stats["exact"].values.any())) or (
+        "approximate" in stats and bool(stats["approximate"].values.all())
+    )
+    assert getattr(approximate, "exact", None) is False or marked_by_stat
+    assert getattr(default, "exact", True) is not False

@@ -1,0 +1,277 @@
+"""Robustness under faults: NaN / -inf regions, Ops that raise, degenerate data and scales.
+
+A proposal where the logp is NaN or -inf must be rejected (never accepted, never a crash);
+an Op that raises must surface with its own message and the sampler iteration; data the
+surrogate cannot learn from (constant values, huge or tiny magnitudes, a rough potential,
+too few points) must never put a NaN into a trajectory, and the draws must stay exact.
+Runs once per step method in ``registry.STEPS``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from pytensor.raise_op import Assert
+
+from tests.reliability.helpers import (
+    BlackBoxLogp,
+    assert_healthy,
+    assert_moments,
+    make_step_or_skip,
+    recorded_warnings,
+    sample,
+    warning_messages,
+)
+
+EDGE = 1.0  # the bad region is x[0] > EDGE
+
+
+def first_coordinate_moments(log_density, lower=-12.0, upper=EDGE, n=2_000_001):
+    """Mean and sd of a 1-d density known up to a constant, by the trapezoid rule."""
+    grid = np.linspace(lower, upper, n)
+    logw = log_density(grid)
+    w = np.exp(logw - logw.max())
+    w /= np.trapezoid(w, grid)
+    mean = np.trapezoid(w * grid, grid)
+    return mean, np.sqrt(np.trapezoid(w * (grid - mean) ** 2, grid))
+
+
+# kind -> (PyTensor term added to logp, numpy version, log density of x[0] on x0 < EDGE)
+def _switch(value):
+    return (
+        lambda x: pt.switch(x[0] > EDGE, value, 0.0),
+        lambda x: value if x[0] > EDGE else 0.0,
+        lambda g: -0.5 * g**2,
+    )
+
+
+BAD_REGIONS = {
+    "nan": _switch(np.nan),
+    "-inf": _switch(-np.inf),
+    # log of a negative number: NaN logp *and* NaN gradient, as a real model produces.
+    "log_negative": (
+        lambda x: pt.log(EDGE - x[0]),
+        lambda x: np.log(EDGE - x[0]) if x[0] < EDGE else np.nan,
+        lambda g: -0.5 * g**2 + np.log(EDGE - np.minimum(g, EDGE - 1e-300)),
+    ),
+}
+
+
+@pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
+@pytest.mark.parametrize("kind", list(BAD_REGIONS))
+def test_bad_region_is_rejected(step, kind, black_box):
+    term, numpy_term, log_density = BAD_REGIONS[kind]
+    with pm.Model():
+        if black_box:
+            x = pm.Flat("x", shape=2, initval=np.array([-0.5, 0.0]))
+
+            def logp(q):
+                with np.errstate(invalid="ignore"):
+                    return -0.5 * q @ q + numpy_term(q)
+
+            pm.Potential("lik", BlackBoxLogp(logp, f"bad_{kind}")(x))
+        else:
+            x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([-0.5, 0.0]))
+            pm.Potential("bad", term(x))
+        s = make_step_or_skip(step)
+        idata = sample(s, tune=600, draws=1500)
+    assert_healthy(idata)
+    draws = idata.posterior["x"].values
+    assert draws[..., 0].max() < EDGE, "a draw in the region where the logp is NaN / -inf"
+    mean0, sd0 = first_coordinate_moments(log_density)
+    assert_moments(idata, "x", [mean0, 0.0], [sd0, 1.0])
+
+
+# -------------------------------------------------------------- Ops that raise
+MESSAGE = "solver did not converge"
+
+
+def _fragile_model(gradient: bool):
+    """logp = -|x|^2 / 2, but the 'solver' raises when any x_i > 2.5."""
+    if gradient:
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        ok = pt.all(x < 2.5)
+        pm.Potential("solver", Assert(MESSAGE)(pt.constant(0.0, dtype="float64"), ok))
+        return
+    x = pm.Flat("x", shape=2, initval=np.zeros(2))
+
+    def fragile(q):
+        if np.any(q > 2.5):
+            raise RuntimeError(f"{MESSAGE} at {q}")
+        return -0.5 * q @ q
+
+    pm.Potential("lik", BlackBoxLogp(fragile, "fragile")(x))
+
+
+def _messages(err: BaseException) -> str:
+    texts = []
+    while err is not None:
+        texts.append(str(err))
+        err = err.__cause__ or err.__context__
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("gradient", [False, True], ids=["black_box", "gradient"])
+def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
+    completed = []
+
+    def callback(trace, draw):
+        completed.append(draw.draw_idx)
+
+    with pm.Model():
+        _fragile_model(gradient)
+        s = make_step_or_skip(step)
+        with pytest.raises(Exception) as info:
+            sample(s, chains=1, tune=300, draws=3000, callback=callback)
+    text = _messages(info.value)
+    assert MESSAGE in text
+    # The failing iteration is the one after the last draw PyMC recorded (0-based, tune
+    # included), and the message names it.
+    failing = (completed[-1] + 1) if completed else 0
+    first = str(info.value)
+    assert re.search(rf"\b(iteration|draw)\b\D{{0,20}}\b{failing}\b", first), first[:300]
+    # The error is the sampler's, not an unrelated traceback from deeper down.
+    assert MESSAGE in first
+
+
+def test_op_error_surfaces_from_worker_processes(step):
+    with pm.Model():
+        _fragile_model(gradient=False)
+        s = make_step_or_skip(step)
+        with pytest.raises(Exception) as info:
+            sample(s, chains=2, cores=2, tune=300, draws=3000)
+    text = _messages(info.value)
+    assert MESSAGE in text
+    assert re.search(r"\b(iteration|draw)\b\D{0,20}\d+", text)
+
+
+# ------------------------------------------------------- degenerate training data
+def _flat_box():
+    """Uniform(0, 1)^2 with no transform: every finite logp value is the same constant,
+    and -inf outside. The surrogate sees constant values and zero gradients."""
+    with pm.Model() as model:
+        pm.Uniform("u", 0.0, 1.0, shape=2, default_transform=None, initval=np.array([0.3, 0.6]))
+    return model, "u", np.full(2, 0.5), np.full(2, np.sqrt(1 / 12))
+
+
+def _tiny_scale():
+    """A Flat variable pinned by a likelihood of sd 1e-8: potentials of ~1e16 curvature."""
+    obs = np.array([3e-8, -1e-8])
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2)
+        pm.Normal("y", mu=x, sigma=1e-8, observed=obs)
+    return model, "x", obs, np.full(2, 1e-8)
+
+
+def _huge_location():
+    with pm.Model() as model:
+        pm.Normal("x", mu=1e6, sigma=1e4, shape=2)
+    return model, "x", np.full(2, 1e6), np.full(2, 1e4)
+
+
+def _huge_offset():
+    """logp ~ -1e12 everywhere: training values of magnitude 1e12, spread of order 1."""
+    with pm.Model() as model:
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.Potential("offset", pt.constant(-1e12))
+    return model, "x", np.zeros(2), np.ones(2)
+
+
+def _steep():
+    """Curvature 2e12: training values span ~1e12 within a unit box around the start."""
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.Potential("steep", -1e12 * pt.sum(x**2))
+    return model, "x", np.zeros(2), np.full(2, np.sqrt(1 / (1 + 2e12)))
+
+
+DEGENERATE = {
+    "flat_box": _flat_box,
+    "tiny_scale": _tiny_scale,
+    "huge_location": _huge_location,
+    "huge_offset": _huge_offset,
+    "steep": _steep,
+}
+
+
+#: Cases whose exploration has to shrink the step size by 1e6-1e8: slow to sample.
+SLOW_CASES = ("tiny_scale", "steep")
+
+CASES = [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in DEGENERATE]
+
+
+@pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
+@pytest.mark.parametrize("case", list(DEGENERATE))
+def test_degenerate_data_never_yields_nan(step, case, black_box):
+    """Short run: no NaN in draws or trajectories, stats finite or the draw flagged."""
+    model, var, mean, sd = DEGENERATE[case]()
+    with model:
+        s = make_step_or_skip(step, use_gradient=False if black_box else None)
+        idata = sample(s, tune=300, draws=200, chains=1)
+    assert_healthy(idata)
+
+
+@pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
+@pytest.mark.parametrize("case", CASES)
+def test_degenerate_data_right_or_flagged(step, case, black_box):
+    """Full run: the draws recover the posterior, or the sampler says something is wrong
+    (divergent draws, or a warning from the step). A chain that silently stops moving
+    fails this test."""
+    model, var, mean, sd = DEGENERATE[case]()
+    with model:
+        s = make_step_or_skip(step, use_gradient=False if black_box else None)
+        with recorded_warnings() as caught:
+            idata = sample(s, tune=600)
+    assert_healthy(idata)
+    flagged = bool(idata.sample_stats["diverging"].values.any()) or bool(
+        warning_messages(caught, type(s).__name__)
+    )
+    if not flagged:
+        assert_moments(idata, var, mean, sd)
+
+
+def test_rough_potential_stays_exact(step):
+    """A potential no smooth surrogate can follow (|x|^2/2 - 2 sin(1e4 x) per coordinate):
+    fits may be refused (with a warning) or poor; the draws stay exact either way."""
+
+    def logp(q):
+        return -0.5 * q @ q + 2.0 * np.sum(np.sin(1e4 * q))
+
+    grid = np.linspace(-12, 12, 4_000_001)
+    w = np.exp(-0.5 * grid**2 + 2.0 * np.sin(1e4 * grid))
+    w /= w.sum()
+    mean = float((w * grid).sum())
+    sd = float(np.sqrt((w * (grid - mean) ** 2).sum()))
+    with pm.Model():
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        pm.Potential("lik", BlackBoxLogp(logp, "rough")(x))
+        s = make_step_or_skip(step)
+        with recorded_warnings() as caught:
+            idata = sample(s, tune=600, draws=3000)
+    assert_healthy(idata)
+    assert_moments(idata, "x", np.full(2, mean), np.full(2, sd))
+    uses = idata.sample_stats["uses_surrogate"].values
+    if not uses.all():
+        # A draw without a surrogate is a fallback: the user must have been told.
+        assert warning_messages(caught, type(s).__name__), "silent fallback"
+
+
+def test_too_few_points_fall_back_and_say_so(step):
+    """d = 20 and 3 tuning iterations: a handful of points in high dimension. The draws
+    must use an exact kernel, a warning must say so, and so must ``uses_surrogate``."""
+    dim = 20
+    with pm.Model():
+        pm.Normal("x", 0.0, 1.0, shape=dim)
+        s = step()
+        with recorded_warnings() as caught:
+            idata = sample(s, tune=3, draws=1000)
+    assert_healthy(idata)
+    messages = warning_messages(caught, type(s).__name__)
+    uses = idata.sample_stats["uses_surrogate"].values
+    assert messages, "no warning about the short tuning"
+    assert not uses.any(), "a surrogate from a handful of points drove the draws"
+    assert_moments(idata, "x", np.zeros(dim), np.ones(dim))

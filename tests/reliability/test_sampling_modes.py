@@ -1,0 +1,207 @@
+"""Every way PyMC runs a step method: processes, pickling, seeds, interrupts, compound
+steps, and models with several vector, scalar and bounded (transformed) variables.
+Runs once per step method in ``registry.STEPS``.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from tests.conftest import correlated_gaussian, gaussian_model
+from tests.reliability.helpers import (
+    SAMPLE,
+    assert_gaussian,
+    assert_healthy,
+    assert_moments,
+    sample,
+)
+
+
+# ------------------------------------------------------------------ processes
+@pytest.mark.parametrize("cores", [1, 2])
+def test_one_and_two_processes_recover_the_posterior(step, cores):
+    mean, cov = correlated_gaussian(3, seed=31)
+    with gaussian_model(mean, cov):
+        idata = sample(step(), cores=cores)
+    assert_healthy(idata)
+    assert_gaussian(idata, "x", mean, cov)
+    post = idata.posterior["x"].values
+    assert not np.allclose(post[0], post[1]), "the two chains share a random stream"
+
+
+def test_sequential_chains_start_from_scratch(step):
+    # cores=1 reuses one step object for every chain: chain 2 must not inherit chain 1's
+    # training data, surrogate or counters.
+    mean, cov = correlated_gaussian(3, seed=32)
+    with gaussian_model(mean, cov):
+        idata = sample(step(), draws=200, tune=300, discard_tuned_samples=False)
+    warm = idata.warmup_sample_stats
+    first_evals = warm["total_model_evals"].values[:, 0]
+    first_size = warm["training_size"].values[:, 0]
+    assert first_evals[1] <= 2 * max(first_evals[0], 50), first_evals
+    assert first_size[1] <= 2 * max(first_size[0], 50), first_size
+    assert warm["surrogate_fits"].values[1, 0] == 0 if "surrogate_fits" in warm else True
+
+
+def test_spawn_start_method_pickles_the_step(step):
+    # Under "spawn" every worker receives the step by pickling; nothing in it may resist.
+    with pm.Model():
+        pm.MvNormal("x", np.zeros(2), np.array([[1.0, 0.6], [0.6, 2.0]]))
+        idata = sample(step(), chains=2, cores=2, tune=300, draws=400, mp_ctx="spawn")
+    assert_healthy(idata)
+    post = idata.posterior["x"].values
+    assert post.shape == (2, 400, 2)
+    assert not np.allclose(post[0], post[1])
+    assert_moments(idata, "x", np.zeros(2), np.sqrt([1.0, 2.0]))
+
+
+def test_step_round_trips_through_cloudpickle_before_and_after_sampling(step):
+    import cloudpickle  # what PyMC uses to ship steps to worker processes
+
+    mean, cov = correlated_gaussian(2, seed=33)
+    with gaussian_model(mean, cov) as model:
+        fresh = step()
+        clone = pickle.loads(cloudpickle.dumps(fresh))
+        assert type(clone) is type(fresh)
+        sample(fresh, chains=1, tune=300, draws=20)
+        used = pickle.loads(cloudpickle.dumps(fresh))
+    # The clones carry their compiled model: they take steps on their own.
+    for copy in (clone, used):
+        point = model.initial_point()
+        for _ in range(5):
+            point, stats = copy.step(point)
+        assert np.all(np.isfinite(point["x"]))
+        assert np.isfinite(stats[0]["accept"])
+
+
+# ---------------------------------------------------------------------- seeds
+@pytest.mark.parametrize("cores", [1, 2])
+def test_random_seed_gives_identical_draws(step, cores):
+    mean, cov = correlated_gaussian(3, seed=34)
+    runs = []
+    for seed in (5, 5, 6):
+        with gaussian_model(mean, cov):
+            runs.append(sample(step(), cores=cores, tune=300, draws=200, random_seed=seed))
+    same = [r.posterior["x"].values for r in runs]
+    np.testing.assert_array_equal(same[0], same[1])
+    np.testing.assert_array_equal(
+        runs[0].sample_stats["accept"].values, runs[1].sample_stats["accept"].values
+    )
+    assert not np.array_equal(same[0], same[2]), "the seed does not reach the sampler"
+
+
+# ------------------------------------------------------------------ interrupts
+def _interrupt_at(index):
+    def callback(trace, draw):
+        if draw.draw_idx == index:
+            raise KeyboardInterrupt
+
+    return callback
+
+
+def test_keyboard_interrupt_keeps_the_partial_trace(step):
+    # PyMC 5.28, cores=1: the interrupted chain keeps every draw recorded so far (the
+    # callback runs after the draw is recorded), and pm.sample returns normally.
+    tune, draws, stop = 300, 500, 120
+    mean, cov = correlated_gaussian(2, seed=35)
+    with gaussian_model(mean, cov):
+        idata = sample(step(), chains=1, tune=tune, draws=draws,
+                       callback=_interrupt_at(tune + stop))
+    assert idata.posterior.sizes["draw"] == stop + 1
+    assert idata.sample_stats.sizes["draw"] == stop + 1
+    assert_healthy(idata)
+
+
+def test_keyboard_interrupt_with_worker_processes(step):
+    # cores=2: the parent stops the workers; every chain is cut to the draws received.
+    tune, draws = 300, 2000
+    mean, cov = correlated_gaussian(2, seed=36)
+    with gaussian_model(mean, cov):
+        idata = sample(step(), chains=2, cores=2, tune=tune, draws=draws,
+                       callback=_interrupt_at(tune + 50))
+    n = idata.posterior.sizes["draw"]
+    assert 0 < n < draws
+    assert_healthy(idata)
+
+
+# -------------------------------------------------------------- compound steps
+def test_compound_step_with_a_discrete_gibbs_step(step):
+    # k ~ Bernoulli(0.7), x_i | k ~ N(k, 2^2): marginally E[k] = E[x_i] = 0.7.
+    import arviz as az
+
+    with pm.Model():
+        k = pm.Bernoulli("k", p=0.7)
+        x = pm.Normal("x", k * 1.0, 2.0, shape=2)
+        steps = [step([x]), pm.BinaryGibbsMetropolis([k])]
+        idata = sample(steps, draws=2000, tune=600)
+    for var in ("k", "x"):
+        est = np.atleast_1d(idata.posterior[var].mean(("chain", "draw")).values)
+        mcse = np.atleast_1d(az.mcse(idata, var_names=[var])[var].values)
+        assert np.all(np.abs(est - 0.7) < 4.0 * mcse), (var, est, mcse)
+
+
+def _joint_gaussian():
+    """(x1, x2, y) jointly Gaussian, written as x ~ N(0, I_2), y | x ~ N(x1 - 0.5 x2, 1)."""
+    cov = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, -0.5], [1.0, -0.5, 2.25]])
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.Normal("y", x[0] - 0.5 * x[1], 1.0)
+    return model, cov
+
+
+def test_two_blocks_with_the_same_step_class(step):
+    model, cov = _joint_gaussian()
+    with model:
+        steps = [step([model["x"]]), step([model["y"]])]
+        idata = sample(steps, draws=1500, tune=600)
+    assert_moments(idata, "x", np.zeros(2), np.ones(2), family_alpha=5e-4)
+    assert_moments(idata, "y", 0.0, np.sqrt(cov[2, 2]), family_alpha=5e-4)
+
+
+@pytest.mark.parametrize("other", ["NUTS", "Slice", "Metropolis"])
+def test_block_next_to_pymc_samplers(step, other):
+    # step([x]) with another PyMC sampler on y, explicitly or (NUTS) assigned by pm.sample.
+    model, cov = _joint_gaussian()
+    with model:
+        if other == "NUTS":
+            steps = step([model["x"]])  # pm.sample assigns NUTS to y itself
+        else:
+            steps = [step([model["x"]]), getattr(pm, other)([model["y"]])]
+        idata = sample(steps, draws=1500, tune=600)
+    assert_moments(idata, "x", np.zeros(2), np.ones(2), family_alpha=5e-4)
+    assert_moments(idata, "y", 0.0, np.sqrt(cov[2, 2]), family_alpha=5e-4)
+
+
+# ------------------------------------------------- vector, scalar, bounded variables
+def test_several_vector_scalar_and_bounded_variables(step):
+    """Independent priors with known moments; every bounded one sampled through its
+    PyMC transform (log, logodds), the Student-t with heavy tails."""
+    nu, beta_a, beta_b, gamma_a, gamma_b = 6.0, 2.0, 5.0, 3.0, 2.0
+    expected = {
+        "mu": (1.0, 2.0),
+        "v": (np.array([-1.0, 0.0, 2.0]), np.array([0.5, 1.0, 3.0])),
+        "sigma": (2.0 * np.sqrt(2 / np.pi), 2.0 * np.sqrt(1 - 2 / np.pi)),
+        "p": (
+            np.full(2, beta_a / (beta_a + beta_b)),
+            np.full(2, np.sqrt(beta_a * beta_b / ((beta_a + beta_b) ** 2 * (beta_a + beta_b + 1)))),
+        ),
+        "g": (gamma_a / gamma_b, np.sqrt(gamma_a) / gamma_b),
+        "t": (1.0, 2.0 * np.sqrt(nu / (nu - 2))),
+    }
+    with pm.Model():
+        pm.Normal("mu", 1.0, 2.0)
+        pm.Normal("v", expected["v"][0], expected["v"][1], shape=3)
+        pm.HalfNormal("sigma", 2.0)
+        pm.Beta("p", beta_a, beta_b, shape=2)
+        pm.Gamma("g", alpha=gamma_a, beta=gamma_b)
+        pm.StudentT("t", nu=nu, mu=1.0, sigma=2.0)
+        s = step()
+        assert s.dim == 1 + 3 + 1 + 2 + 1 + 1
+        idata = sample(s, draws=2000, tune=800)
+    assert_healthy(idata)
+    for name, (mean, sd) in expected.items():
+        assert_moments(idata, name, mean, sd, family_alpha=1e-3 / len(expected))
