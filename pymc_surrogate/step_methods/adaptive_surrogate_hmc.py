@@ -94,7 +94,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         lowest = float(np.min(chain.training.potentials))
         if point.potential > lowest + self._energy_window():
             return
-        rows = chain.surrogate.value_features(point.q[None])
+        rows = chain.surrogate.value_features(self._surrogate_input(point.q)[None])
         chain.learner.update(rows, np.array([point.potential - chain.surrogate.target_offset_]))
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
@@ -102,7 +102,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
             return
         t = chain.iteration - chain.surrogate_start + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
-            chain.surrogate = chain.surrogate.with_coefficients(chain.learner.coef)
+            chain.surrogate = chain.surrogate.with_coefficients(chain.learner.coef, chain.learner)
             chain.n_adaptations += 1
 
     def astep(self, q0):

@@ -180,6 +180,7 @@ class SurrogateStep(ArrayStepShared):
         )
         self.tune = True
         super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
+        self._context_dim = self._measure_context()
         self.chain = self._new_chain()
 
     # -------------------------------------------------------------- settings
@@ -205,7 +206,7 @@ class SurrogateStep(ArrayStepShared):
             early_update=self._early_mass_update, rng=self.rng.spawn(1)[0],
         )
         return ChainState(
-            training=TrainingSet(self.dim),
+            training=TrainingSet(self.dim, self._context_dim),
             metric=metric,
             step_adapt=self._step_size_adaptation(initial_step),
             explore_adapt=DualAverageAdaptation(1.0, 0.3, 0.05, 0.75, 10),
@@ -349,7 +350,7 @@ class SurrogateStep(ArrayStepShared):
             potential = np.inf  # NaN logp is a rejection, like -inf
         point = ChainPoint(q, potential, grad_u)
         if self._keeps_training_data(chain) and np.isfinite(potential):
-            chain.training.append(q, potential, grad_u)
+            chain.training.append(q, potential, grad_u, self._context())
             self._on_evaluation(chain, point)
         return point
 
@@ -466,6 +467,65 @@ class SurrogateStep(ArrayStepShared):
         return rows[np.all(np.isfinite(rows), axis=1)]
 
     # ------------------------------------------------------------- surrogate
+    # Inside a CompoundStep the block's potential is a conditional that moves with the
+    # other blocks. A surrogate of q alone, fitted to evaluations made at many of their
+    # values, fits none of the conditionals and the chain sticks (acceptance ~1% on a
+    # 3-d Gaussian in two blocks). So the surrogate models the joint potential U(q, c),
+    # c = the other blocks' values, from values and dU/dq, and trajectories run on
+    # q -> U(q, c) at the current c: a valid proposal for the conditional, exact after
+    # the correction. Beyond _max_context values that surrogate is too big to fit.
+    _max_context = 100
+
+    def _measure_context(self) -> int:
+        size = int(sum(np.size(s.get_value(borrow=True)) for s in self.shared.values()))
+        if size > self._max_context:
+            warnings.warn(
+                f"{type(self).__name__}: the rest of the model has {size} values, more than "
+                f"{self._max_context}; the surrogate ignores them and, in a CompoundStep, "
+                "models the block's potential averaged over them, which can mix slowly. "
+                "Give this step more of the continuous variables.",
+                UserWarning,
+                stacklevel=3,
+            )
+            return 0
+        return size
+
+    def _context(self) -> np.ndarray | None:
+        """The current values of everything outside the block, raveled (None if unused)."""
+        if not self._context_dim:
+            return None
+        return np.concatenate(
+            [np.ravel(s.get_value(borrow=True)).astype(np.float64) for s in self.shared.values()]
+        )
+
+    def _surrogate_input(self, q: np.ndarray) -> np.ndarray:
+        """The surrogate's input for the block's value ``q`` at the current context."""
+        return q if not self._context_dim else np.concatenate([q, self._context()])
+
+    def _surrogate_field(self, chain: ChainState):
+        """``q -> (U~, dU~/dq)`` of the block, for trajectories at the current context."""
+        surrogate = chain.surrogate
+        if not self._context_dim:
+            return surrogate.value_and_grad
+        context, dim = self._context(), self.dim
+
+        def value_and_grad(q: np.ndarray) -> tuple[float, np.ndarray]:
+            value, grad = surrogate.value_and_grad(np.concatenate([q, context]))
+            return value, grad[:dim]
+
+        return value_and_grad
+
+    def _surrogate_training_inputs(self, chain: ChainState, keep: np.ndarray):
+        """Training inputs of the surrogate at rows ``keep``, and their whitening."""
+        training = chain.training
+        if not self._context_dim:
+            return training.positions[keep], chain.whitening
+        contexts = training.contexts[keep]
+        whitening = Whitening.block_diagonal(
+            chain.whitening, Whitening.from_samples(contexts, dense=False)
+        )
+        return np.hstack([training.positions[keep], contexts]), whitening
+
     def _energy_window(self) -> float:
         # U - min U over the typical set is about chi2_d / 2; keep far more than that.
         return self.dim + 10.0 * np.sqrt(self.dim) + 20.0
@@ -549,7 +609,7 @@ class SurrogateStep(ArrayStepShared):
         """
         start = chain.current.q if chain.current is not None else chain_scale.mean
         common = dict(
-            value_and_grad=chain.surrogate.value_and_grad, q0=start,
+            value_and_grad=self._surrogate_field(chain), q0=start,
             target_accept=self.target_accept, path_length=self.path_length, rng=self.rng,
             max_energy_error=self.max_energy_error,
         )

@@ -125,14 +125,13 @@ class SurrogateHMC(SurrogateStep):
     def _fit_surrogate(self, chain: ChainState) -> RandomNetworkSurrogate:
         training = chain.training
         keep = training.relevant(self._energy_window())
+        inputs, whitening = self._surrogate_training_inputs(chain, keep)
         surrogate = RandomNetworkSurrogate(
             **self._surrogate_settings,
-            whitening=chain.whitening,
+            whitening=whitening,
             random_state=self.rng.spawn(1)[0],
         )
-        surrogate.fit(
-            training.positions[keep], training.potentials[keep], training.gradients[keep]
-        )
+        surrogate.fit(inputs, training.potentials[keep], training.gradients[keep])
         # A rough early fit is still worth using (the exact correction pays for it); a fit
         # that explains less than 1 - 0.8^2 = 36% of the targets' variance is not.
         if not surrogate.is_finite_ or not surrogate.training_error_ < 0.8:
@@ -148,12 +147,13 @@ class SurrogateHMC(SurrogateStep):
             return self._evaluate(chain, q, with_grad=with_grad)
 
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
+        field = self._surrogate_field(chain)
         if self.correction == "hamiltonian":
             return surrogate_hmc_transition(
-                current, evaluate, chain.surrogate.value_and_grad, chain.metric, step_size,
+                current, evaluate, field, chain.metric, step_size,
                 self.path_length, self.max_energy_error, self.rng,
             )
         return surrogate_transition(
-            current, evaluate, chain.surrogate.value_and_grad, chain.metric, step_size,
+            current, evaluate, field, chain.metric, step_size,
             self.path_length, self.max_energy_error, self.n_inner, self.rng,
         )

@@ -82,7 +82,7 @@ class PolynomialFeatures:
     def quadratic_matrix(self, coef: np.ndarray) -> np.ndarray:
         """The symmetric ``A`` with quadratic part ``x^T A x / 2`` for coefficients ``coef``."""
         d = self.dim
-        quad = coef[1 + d :]
+        quad = coef[1 + d : self.size]
         if self.quadratic == "none":
             return np.zeros((d, d))
         if self.quadratic == "isotropic":
@@ -94,6 +94,16 @@ class PolynomialFeatures:
         mat[rows, cols] = quad
         mat[cols, rows] = quad
         return mat
+
+    def quadratic_coefficients(self, mat: np.ndarray) -> np.ndarray:
+        """Coefficients of the quadratic block for a symmetric ``A`` this level can express."""
+        if self.quadratic == "none":
+            return np.zeros(0)
+        if self.quadratic == "isotropic":
+            return np.array([np.mean(np.diag(mat))])
+        if self.quadratic == "diagonal":
+            return np.diag(mat).copy()
+        return mat[np.triu_indices(self.dim)].copy()
 
 
 @dataclass(frozen=True)

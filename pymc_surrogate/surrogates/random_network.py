@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 
 from pymc_surrogate.surrogates.features import (
     QUADRATIC_LEVELS,
@@ -10,10 +11,15 @@ from pymc_surrogate.surrogates.features import (
     RandomFeatures,
     polynomial_size,
 )
+from pymc_surrogate.surrogates.online import RecursiveLeastSquares
 from pymc_surrogate.surrogates.ridge import solve_partially_penalised_ridge
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["RandomNetworkSurrogate"]
+
+# In whitened coordinates the posterior's curvature is about 1: far flatter quadratic
+# directions are fitting artefacts along which trajectories would run away.
+CURVATURE_FLOOR = 0.02
 
 
 class RandomNetworkSurrogate:
@@ -118,8 +124,11 @@ class RandomNetworkSurrogate:
         ----------
         positions : ndarray of shape (n, d)
         potentials : ndarray of shape (n,), optional
-        gradients : ndarray of shape (n, d), optional
-            Gradients of the potential (not of logp).
+        gradients : ndarray of shape (n, d) or (n, g), optional
+            Gradients of the potential (not of logp); ``g < d`` columns are the partial
+            derivatives with respect to the first ``g`` inputs only (the others are
+            conditioning inputs, e.g. other blocks of a compound step), which needs a
+            whitening that does not mix the two groups.
         """
         positions = np.atleast_2d(np.asarray(positions, dtype=np.float64))
         n, dim = positions.shape
@@ -133,8 +142,14 @@ class RandomNetworkSurrogate:
         if potentials is not None:
             potentials = np.asarray(potentials, dtype=np.float64).reshape(n)
             has_value = np.isfinite(potentials)
+        n_grad = dim
         if gradients is not None:
-            gradients = np.asarray(gradients, dtype=np.float64).reshape(n, dim)
+            gradients = np.asarray(gradients, dtype=np.float64).reshape(n, -1)
+            n_grad = gradients.shape[1]
+            if not 0 < n_grad <= dim:
+                raise ValueError(
+                    f"gradients must have between 1 and {dim} columns (the inputs); got {n_grad}."
+                )
             has_grad = np.all(np.isfinite(gradients), axis=1)
         usable = np.all(np.isfinite(positions), axis=1) & (has_value | has_grad)
         if not np.any(usable):
@@ -142,15 +157,27 @@ class RandomNetworkSurrogate:
         rng = np.random.default_rng(self.random_state)
 
         keep = np.flatnonzero(usable)
-        equations = has_value[keep] + dim * has_grad[keep]
+        equations = has_value[keep] + n_grad * has_grad[keep]
         if equations.sum() > self.max_equations:
             n_keep = max(1, int(keep.size * self.max_equations / equations.sum()))
             keep = np.sort(rng.choice(keep, n_keep, replace=False))
         positions, has_value, has_grad = positions[keep], has_value[keep], has_grad[keep]
         n = keep.size
-        n_equations = int(has_value.sum() + dim * has_grad.sum())
+        n_equations = int(has_value.sum() + n_grad * has_grad.sum())
 
-        whitening = self.whitening or Whitening.from_samples(positions, dense=True)
+        whitening = self.whitening
+        if whitening is None:
+            whitening = Whitening.from_samples(positions, dense=True)
+            if n_grad < dim:
+                whitening = Whitening.block_diagonal(
+                    Whitening.from_samples(positions[:, :n_grad], dense=True),
+                    Whitening.from_samples(positions[:, n_grad:], dense=True),
+                )
+        elif n_grad < dim and whitening.dense and np.any(whitening.chol[n_grad:, :n_grad]):
+            raise ValueError(
+                "Partial gradients need a whitening that does not mix the differentiated "
+                "inputs with the others (use Whitening.block_diagonal)."
+            )
         x = whitening.to_white(positions)
 
         quadratic = self._choose_quadratic(dim, n_equations)
@@ -173,35 +200,42 @@ class RandomNetworkSurrogate:
         if has_grad.any():
             weight = np.sqrt(self.gradient_weight)
             xg = x[has_grad]
-            gx = whitening.gradient_to_white(gradients[keep][has_grad])
-            free_rows.append(weight * polynomial.gradients(xg).reshape(xg.size, -1))
-            penalised_rows.append(weight * hidden.gradients(xg).reshape(xg.size, -1))
+            # dU/dx = L^T dU/dq; with a block-diagonal L the first block needs only the
+            # first block of the gradient.
+            grad_block = Whitening(whitening.mean[:n_grad], whitening.chol[:n_grad, :n_grad]
+                                   if whitening.dense else whitening.chol[:n_grad])
+            gx = grad_block.gradient_to_white(gradients[keep][has_grad])
+            n_rows = xg.shape[0] * n_grad
+            free_rows.append(weight * polynomial.gradients(xg)[:, :n_grad].reshape(n_rows, -1))
+            penalised_rows.append(weight * hidden.gradients(xg)[:, :n_grad].reshape(n_rows, -1))
             targets.append(weight * gx.reshape(-1))
         free_design, penalised_design = np.vstack(free_rows), np.vstack(penalised_rows)
         target = np.concatenate(targets)
-        solution, residual = self._solve(free_design, penalised_design, target)
+        self.polynomial_ = polynomial
+        solution, coef, residual = self._fit_proper(free_design, penalised_design, target)
         if hidden.size:
             # The hidden nodes must earn their place: compare generalised cross-validation
             # (from the actual residuals, which also catches a numerically broken solve)
             # with the polynomial base alone. On value-only data in moderate dimension the
             # nodes often overfit; on gradient data they usually help.
-            base, base_residual = self._solve(free_design, penalised_design[:, :0], target)
+            base, base_coef, base_residual = self._fit_proper(
+                free_design, penalised_design[:, :0], target
+            )
             if _gcv(base_residual, base.dof) <= _gcv(residual, solution.dof) or (
                 self.n_hidden != "auto"
                 and np.linalg.norm(residual) > np.linalg.norm(base_residual)
             ):
                 hidden = RandomFeatures(hidden.activation, hidden.weights[:0], hidden.offsets[:0])
-                solution, residual = base, base_residual
+                solution, coef, residual = base, base_coef, base_residual
         scale = np.linalg.norm(target)
         self.training_error_ = float(np.linalg.norm(residual) / scale) if scale > 0 else 0.0
 
         self.whitening_ = whitening
-        self.polynomial_ = polynomial
         self.hidden_ = hidden
         self.n_train_ = n
         self.alpha_ = solution.alpha
-        self.polynomial_coef_ = solution.free
-        self.hidden_coef_ = solution.penalised
+        self.polynomial_coef_ = coef[: polynomial.size]
+        self.hidden_coef_ = coef[polynomial.size :]
         self.target_offset_ = offset
         self.normal_equations_ = solution
         self._prepare_prediction(offset)
@@ -212,25 +246,77 @@ class RandomNetworkSurrogate:
         x = self.whitening_.to_white(np.atleast_2d(positions))
         return np.hstack([self.polynomial_.values(x), self.hidden_.values(x)])
 
-    def with_coefficients(self, coef: np.ndarray) -> RandomNetworkSurrogate:
+    def with_coefficients(
+        self, coef: np.ndarray, learner: RecursiveLeastSquares | None = None
+    ) -> RandomNetworkSurrogate:
         """A copy on the same basis with output weights ``coef`` (polynomial, then hidden).
 
         The intercept is relative to ``target_offset_``, as in the fitted coefficients.
+        When ``learner`` (the least-squares problem ``coef`` solves) is given and the
+        quadratic block is not positive definite, the other weights are re-solved for the
+        clipped quadratic, so that the surrogate still fits the data.
         """
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
+        if learner is not None:
+            coef = self._condition_on_proper_quadratic(coef, learner)
         p = self.polynomial_.size
         clone.polynomial_coef_ = np.array(coef[:p], dtype=np.float64)
         clone.hidden_coef_ = np.array(coef[p:], dtype=np.float64)
         clone._prepare_prediction(self.target_offset_)
         return clone
 
-    def _solve(self, free_design, penalised_design, target):
+    def _fit_proper(self, free_design, penalised_design, target):
+        """Least squares whose quadratic block is positive definite.
+
+        The unconstrained fit can bend the quadratic negative where the hidden nodes
+        compensate; clipping it afterwards alone would leave a surrogate that no longer
+        fits the data (off by thousands on a banana), so the rest is re-solved given it.
+        """
         solution = solve_partially_penalised_ridge(
             free_design, penalised_design, target, self.alpha
         )
-        residual = target - free_design @ solution.free - penalised_design @ solution.penalised
-        return solution, residual
+        coef = np.concatenate([solution.free, solution.penalised])
+        if self._proper_quadratic(coef) is not None:
+            learner = RecursiveLeastSquares(
+                solution.gram, solution.rhs, solution.penalty, solution.column_scale
+            )
+            coef = self._condition_on_proper_quadratic(coef, learner)
+        p = free_design.shape[1]
+        residual = target - free_design @ coef[:p] - penalised_design @ coef[p:]
+        return solution, coef, residual
+
+    def _proper_quadratic(self, coef: np.ndarray) -> np.ndarray | None:
+        """The clipped quadratic block's coefficients, or None when no clip is needed."""
+        if self.polynomial_.quadratic == "none":
+            return None
+        quad = self.polynomial_.quadratic_matrix(coef)
+        proper = _positive_definite(quad, absolute_floor=CURVATURE_FLOOR)
+        return None if proper is quad else self.polynomial_.quadratic_coefficients(proper)
+
+    def _condition_on_proper_quadratic(
+        self, coef: np.ndarray, learner: RecursiveLeastSquares
+    ) -> np.ndarray:
+        """Minimise the learner's least-squares objective with the quadratic block clipped.
+
+        The objective is ``(c - coef)^T P^{-1} (c - coef)`` plus a constant, so fixing the
+        quadratic block ``q`` moves the rest by ``P_rq P_qq^{-1} (q_new - q)`` (in the
+        learner's scaled columns), like a Gaussian's conditional mean.
+        """
+        proper = self._proper_quadratic(coef)
+        if proper is None:
+            return coef
+        quad = np.arange(1 + self.polynomial_.dim, self.polynomial_.size)
+        rest = np.setdiff1d(np.arange(coef.size), quad)
+        scale = learner.column_scale
+        cov = learner.precision_inverse
+        shift = scipy.linalg.solve(
+            cov[np.ix_(quad, quad)], (proper - coef[quad]) * scale[quad], assume_a="pos"
+        )
+        out = np.array(coef, dtype=np.float64)
+        out[quad] = proper
+        out[rest] += (cov[np.ix_(rest, quad)] @ shift) / scale[rest]
+        return out
 
     def _choose_quadratic(self, dim: int, n_equations: int) -> str:
         if self.quadratic != "auto":
@@ -252,9 +338,8 @@ class RandomNetworkSurrogate:
         self._linear = inv_chol.T @ coef[1 : 1 + d]
         quad = self.polynomial_.quadratic_matrix(coef)
         if self.polynomial_.quadratic != "none":
-            # In whitened coordinates the posterior's curvature is about 1: far flatter
-            # directions are fitting artefacts along which trajectories would run away.
-            quad = _positive_definite(quad, absolute_floor=0.02)
+            # A no-op after fit; a safety net for weights given without their learner.
+            quad = _positive_definite(quad, absolute_floor=CURVATURE_FLOOR)
         self._quadratic = inv_chol.T @ quad @ inv_chol
         self._inv_chol = inv_chol
         self._mean = self.whitening_.mean

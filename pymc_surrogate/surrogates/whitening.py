@@ -62,6 +62,15 @@ class Whitening:
         var = samples.var(axis=0, ddof=1) if n > 1 else np.zeros(dim)
         return cls(mean, np.sqrt(shrink * var + ridge))
 
+    @classmethod
+    def block_diagonal(cls, first: Whitening, second: Whitening) -> Whitening:
+        """The whitening of ``(q1, q2)`` that whitens each block on its own (dense)."""
+        d1, d2 = first.dim, second.dim
+        chol = np.zeros((d1 + d2, d1 + d2))
+        chol[:d1, :d1] = first.chol if first.dense else np.diag(first.chol)
+        chol[d1:, d1:] = second.chol if second.dense else np.diag(second.chol)
+        return cls(np.concatenate([first.mean, second.mean]), chol)
+
     @property
     def covariance(self) -> np.ndarray:
         if self.dense:
