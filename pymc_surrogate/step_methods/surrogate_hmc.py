@@ -131,7 +131,12 @@ class SurrogateHMC(SurrogateStep):
             whitening=whitening,
             random_state=self.rng.spawn(1)[0],
         )
-        surrogate.fit(inputs, training.potentials[keep], training.gradients[keep])
+        potentials = training.potentials[keep]
+        chain.weight_reference = float(np.min(potentials))
+        surrogate.fit(
+            inputs, potentials, training.gradients[keep],
+            sample_weight=self._training_weights(potentials, chain.weight_reference),
+        )
         # A rough early fit is still worth using (the exact correction pays for it); a fit
         # that explains less than 1 - 0.8^2 = 36% of the targets' variance is not.
         if not surrogate.is_finite_ or not surrogate.training_error_ < 0.8:

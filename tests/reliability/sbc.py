@@ -86,7 +86,8 @@ def _posterior_draws(step, model, n_draws, tune, seed):
     with model:
         trace = pm.sample(
             step=step, draws=n_draws, tune=tune, chains=1, cores=1, progressbar=False,
-            random_seed=seed, compute_convergence_checks=False, return_inferencedata=False,
+            random_seed=int(np.random.SeedSequence(seed).generate_state(1)[0]),
+            compute_convergence_checks=False, return_inferencedata=False,
         )
     return {name: np.asarray(trace.get_values(name)) for name in PARAMS}
 
@@ -100,7 +101,7 @@ def _min_ess(draws: dict[str, np.ndarray]) -> float:
 
 
 def run_sbc(entry, replications: int, n_ranks: int = 19, n_bins: int = 5, tune: int = 300,
-            seed: int = 2018) -> SBCResult:
+            seed: int = 2018, black_box: bool = False) -> SBCResult:
     """Run SBC for one registry entry; ``(n_ranks + 1)`` must be a multiple of ``n_bins``.
 
     One step object serves every replication: ``pm.sample`` (``cores=1``) resets it with
@@ -112,14 +113,15 @@ def run_sbc(entry, replications: int, n_ranks: int = 19, n_bins: int = 5, tune: 
     Each replication samples one chain, thins it by ``ceil(draws / ESS)`` (ESS: the
     smaller of ArviZ's bulk and tail ESS over the parameters) and keeps the last
     ``n_ranks`` thinned draws; if there are too few, it samples again with twice as many
-    draws (counted in ``reruns_for_ess``).
+    draws (counted in ``reruns_for_ess``). ``black_box=True`` samples with
+    ``use_gradient=False``: the path of likelihoods without a gradient.
     """
     if (n_ranks + 1) % n_bins:
         raise ValueError("n_ranks + 1 must be a multiple of n_bins")
     start = time.perf_counter()
     model = nig_model()
     with model:
-        step = entry()
+        step = entry(use_gradient=False) if black_box else entry()
     ranks = {name: [] for name in PARAMS}
     thinning, reruns = [], 0
     for rep in range(replications):
@@ -146,7 +148,7 @@ def run_sbc(entry, replications: int, n_ranks: int = 19, n_bins: int = 5, tune: 
         test = stats.chisquare(c)
         chi2[name], p_value[name] = float(test.statistic), float(test.pvalue)
     return SBCResult(
-        step=entry.id, replications=replications, n_ranks=n_ranks, n_bins=n_bins, tune=tune,
+        step=entry.id + ("-black_box" if black_box else ""), replications=replications, n_ranks=n_ranks, n_bins=n_bins, tune=tune,
         seed=seed, ranks=ranks, counts=counts, chi2=chi2, p_value=p_value,
         min_p_value=min(p_value.values()), median_thinning=float(np.median(thinning)),
         reruns_for_ess=reruns, seconds=time.perf_counter() - start,

@@ -29,14 +29,17 @@ def _check(result, results_dir, tag):
     assert result.min_p_value > ALPHA / len(PARAMS), result.summary()
 
 
-def test_sbc_short(exact_step, results_dir):
-    result = run_sbc(exact_step, replications=40, n_ranks=19, n_bins=5, tune=300)
+@pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
+def test_sbc_short(exact_step, black_box, results_dir):
+    result = run_sbc(exact_step, replications=40, n_ranks=19, n_bins=5, tune=300,
+                     black_box=black_box)
     _check(result, results_dir, "short")
 
 
 @pytest.mark.slow
-def test_sbc_thorough(exact_step, results_dir):
+@pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
+def test_sbc_thorough(exact_step, black_box, results_dir):
     replications = int(os.environ.get("SBC_REPLICATIONS", "400"))
     result = run_sbc(exact_step, replications=replications, n_ranks=99, n_bins=20, tune=300,
-                     seed=1806)
+                     seed=1806, black_box=black_box)
     _check(result, results_dir, "thorough")
