@@ -302,17 +302,23 @@ class RandomNetworkSurrogate:
 
         The unconstrained fit can bend the quadratic negative where the hidden nodes
         compensate; clipping it afterwards alone would leave a surrogate that no longer
-        fits the data (off by thousands on a banana), so the rest is re-solved given it.
+        fits the data (off by thousands on a banana), so the other weights are re-solved
+        with the clipped quadratic held fixed. The returned normal equations stay those
+        of the unconstrained problem, which an online learner continues.
         """
         solution = solve_partially_penalised_ridge(
             free_design, penalised_design, target, self.alpha
         )
         coef = np.concatenate([solution.free, solution.penalised])
-        if self._proper_quadratic(coef) is not None:
-            learner = RecursiveLeastSquares(
-                solution.gram, solution.rhs, solution.penalty, solution.column_scale
+        proper = self._proper_quadratic(coef)
+        if proper is not None:
+            linear = 1 + self.polynomial_.dim
+            given = free_design[:, linear:] @ proper
+            rest = solve_partially_penalised_ridge(
+                free_design[:, :linear], penalised_design, target - given,
+                solution.alpha if penalised_design.shape[1] else None,
             )
-            coef = self._condition_on_proper_quadratic(coef, learner)
+            coef = np.concatenate([rest.free, proper, rest.penalised])
         p = free_design.shape[1]
         residual = target - free_design @ coef[:p] - penalised_design @ coef[p:]
         return solution, coef, residual
@@ -353,9 +359,9 @@ class RandomNetworkSurrogate:
         rest = np.setdiff1d(np.arange(coef.size), quad)
         scale = learner.column_scale
         cov = learner.precision_inverse
-        shift = scipy.linalg.solve(
-            cov[np.ix_(quad, quad)], (proper - coef[quad]) * scale[quad], assume_a="pos"
-        )
+        # pinvh: the quadratic weights' covariance can be near singular (some of them
+        # pinned by many equations, others barely seen)
+        shift = scipy.linalg.pinvh(cov[np.ix_(quad, quad)]) @ ((proper - coef[quad]) * scale[quad])
         out = np.array(coef, dtype=np.float64)
         out[quad] = proper
         out[rest] += (cov[np.ix_(rest, quad)] @ shift) / scale[rest]

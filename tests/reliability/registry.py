@@ -62,28 +62,7 @@ EXACTNESS_STEPS: list[StepEntry] = STEPS + VARIANTS
 
 
 # ``"<test module stem>::<test name with its parameter id>"`` -> reason. See the module doc.
-# Established at commit 136456a; each reason names the bug, see docs/reliability.md.
-_ADAPTIVE_STUCK = (
-    "bug: AdaptiveSurrogateHMC (black box, start far from a narrow posterior) fits its first "
-    "surrogate from ~3d+10 burn-in points; its downhill direction points away from the "
-    "posterior, every proposal raises the true potential by ~1e5 and is rejected, later "
-    "refits learn only around the stuck point; one chain never moves again (no divergence, "
-    "no warning)"
-)
-KNOWN_BUGS: dict[str, str] = {
-    # AdaptiveSurrogateHMC stuck after an early fit / on a flat surrogate
-    "test_exactness::test_conjugate_linear_regression[AdaptiveSurrogateHMC-black_box]": _ADAPTIVE_STUCK,
-    "test_faults::test_degenerate_data_right_or_flagged[AdaptiveSurrogateHMC-flat_box-black_box]": (
-        "bug: on a flat posterior (constant logp on a box, -inf outside) the chain moves in "
-        "~10% of draws (ESS 78 of 2000, R-hat 1.04) and nothing flags it: no divergence, no "
-        "warning"
-    ),
-    "test_sampling_modes::test_several_vector_scalar_and_bounded_variables[AdaptiveSurrogateHMC]": (
-        "bug: AdaptiveSurrogateHMC mixes too slowly on 9 independent scalar/vector/bounded "
-        "variables (ESS 16 of 4000 for mu with adapt_in_draws=False; Student-t sd 4.8 MCSE "
-        "low with the default)"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
