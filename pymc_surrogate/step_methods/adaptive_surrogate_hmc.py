@@ -102,7 +102,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         lowest = float(np.min(chain.training.potentials))
         if point.potential > lowest + self._energy_window():
             return
-        rows = chain.surrogate.value_features(self._surrogate_input(point.q)[None])
+        rows = chain.surrogate.value_features(self.context.join(point.q)[None])
         # weighted as the batch fit weighs its points, so the online fit continues it
         root = np.sqrt(self._training_weights(point.potential, chain.weight_reference))
         target = point.potential - chain.surrogate.target_offset_

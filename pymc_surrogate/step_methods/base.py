@@ -35,6 +35,7 @@ from pymc_surrogate.core.transitions import (
     differential_evolution_transition,
     exact_hmc_transition,
 )
+from pymc_surrogate.step_methods.block_context import BlockContext
 from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
 from pymc_surrogate.step_methods.training_set import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
@@ -184,7 +185,7 @@ class SurrogateStep(ArrayStepShared):
         )
         self.tune = True
         super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
-        self._context_dim = self._measure_context()
+        self.context = BlockContext(self.functions.shared, self.dim, type(self).__name__)
         self.chain = self._new_chain()
 
     # -------------------------------------------------------------- settings
@@ -210,7 +211,7 @@ class SurrogateStep(ArrayStepShared):
             early_update=self._early_mass_update, rng=self.rng.spawn(1)[0],
         )
         return ChainState(
-            training=TrainingSet(self.dim, self._context_dim),
+            training=TrainingSet(self.dim, self.context.dim),
             metric=metric,
             step_adapt=self._step_size_adaptation(initial_step),
             explore_adapt=DualAverageAdaptation(1.0, 0.3, 0.05, 0.75, 10),
@@ -393,7 +394,7 @@ class SurrogateStep(ArrayStepShared):
             potential = np.inf  # NaN logp is a rejection, like -inf
         point = ChainPoint(q, potential, grad_u)
         if self._keeps_training_data(chain) and np.isfinite(potential):
-            chain.training.append(q, potential, grad_u, self._context())
+            chain.training.append(q, potential, grad_u, self.context.values())
             self._on_evaluation(chain, point)
         return point
 
@@ -510,71 +511,6 @@ class SurrogateStep(ArrayStepShared):
         return rows[np.all(np.isfinite(rows), axis=1)]
 
     # ------------------------------------------------------------- surrogate
-    # Inside a CompoundStep the block's potential is a conditional that moves with the
-    # other blocks. A surrogate of q alone, fitted to evaluations made at many of their
-    # values, fits none of the conditionals and the chain sticks (acceptance ~1% on a
-    # 3-d Gaussian in two blocks). So the surrogate models the joint potential U(q, c),
-    # c = the other blocks' values, from values and dU/dq, and trajectories run on
-    # q -> U(q, c) at the current c: a valid proposal for the conditional, exact after
-    # the correction. Beyond _max_context values that surrogate is too big to fit.
-    _max_context = 100
-
-    def _measure_context(self) -> int:
-        size = int(sum(np.size(s.get_value(borrow=True)) for s in self.shared.values()))
-        if size > self._max_context:
-            warnings.warn(
-                f"{type(self).__name__}: the rest of the model has {size} values, more than "
-                f"{self._max_context}; the surrogate ignores them and, in a CompoundStep, "
-                "models the block's potential averaged over them, which can mix slowly. "
-                "Give this step more of the continuous variables.",
-                UserWarning,
-                stacklevel=3,
-            )
-            return 0
-        return size
-
-    def _context(self) -> np.ndarray | None:
-        """The current values of everything outside the block, raveled (None if unused)."""
-        if not self._context_dim:
-            return None
-        return np.concatenate(
-            [np.ravel(s.get_value(borrow=True)).astype(np.float64) for s in self.shared.values()]
-        )
-
-    def _surrogate_input(self, q: np.ndarray) -> np.ndarray:
-        """The surrogate's input for the block's value ``q`` at the current context."""
-        return q if not self._context_dim else np.concatenate([q, self._context()])
-
-    def _surrogate_field(self, chain: ChainState):
-        """``q -> (U~, dU~/dq)`` of the block, for trajectories at the current context."""
-        surrogate = chain.surrogate
-        if not self._context_dim:
-            return surrogate.value_and_grad
-        context, dim = self._context(), self.dim
-
-        def value_and_grad(q: np.ndarray) -> tuple[float, np.ndarray]:
-            value, grad = surrogate.value_and_grad(np.concatenate([q, context]))
-            return value, grad[:dim]
-
-        return value_and_grad
-
-    def _surrogate_training_inputs(self, chain: ChainState, keep: np.ndarray):
-        """Training inputs of the surrogate at rows ``keep``, and their whitening.
-
-        The whitening is the spread of the training points, not of the chain's states:
-        an exploration that mixed badly leaves states that span a sliver of the posterior
-        (on the black-box PDE, 1/700 of its variance in one direction), and features and
-        the curvature floor scaled to that sliver wreck the fit.
-        """
-        training = chain.training
-        positions = training.positions[keep]
-        scale = Whitening.from_samples(positions, dense=positions.shape[0] > self.dim)
-        if not self._context_dim:
-            return positions, scale
-        contexts = training.contexts[keep]
-        whitening = Whitening.block_diagonal(scale, Whitening.from_samples(contexts, dense=False))
-        return np.hstack([training.positions[keep], contexts]), whitening
-
     def _weight_temperature(self) -> float:
         return max(2.0, self.dim / 4.0)
 
@@ -682,7 +618,7 @@ class SurrogateStep(ArrayStepShared):
         """
         start = chain.current.q if chain.current is not None else chain_scale.mean
         common = dict(
-            value_and_grad=self._surrogate_field(chain), q0=start,
+            value_and_grad=self.context.field(chain.surrogate), q0=start,
             target_accept=self.target_accept, path_length=self.path_length, rng=self.rng,
             max_energy_error=self.max_energy_error,
         )

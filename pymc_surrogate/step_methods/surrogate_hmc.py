@@ -125,7 +125,9 @@ class SurrogateHMC(SurrogateStep):
     def _fit_surrogate(self, chain: ChainState) -> RandomNetworkSurrogate:
         training = chain.training
         keep = training.relevant(self._energy_window())
-        inputs, whitening = self._surrogate_training_inputs(chain, keep)
+        inputs, whitening = self.context.training_inputs(
+            training.positions[keep], training.contexts[keep]
+        )
         surrogate = RandomNetworkSurrogate(
             **self._surrogate_settings,
             whitening=whitening,
@@ -152,7 +154,7 @@ class SurrogateHMC(SurrogateStep):
             return self._evaluate(chain, q, with_grad=with_grad)
 
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
-        field = self._surrogate_field(chain)
+        field = self.context.field(chain.surrogate)
         if self.correction == "hamiltonian":
             return surrogate_hmc_transition(
                 current, evaluate, field, chain.metric, step_size,

@@ -187,3 +187,36 @@ def test_too_short_tune_warns_and_stays_exact():
             idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "tune": 20, "draws": 1500})
     assert not bool(idata.sample_stats.uses_surrogate.any())
     assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
+
+
+class _MisplacedSurrogateHMC(SurrogateHMC):
+    """A surrogate fitted to the right potential shifted by 6 sd: its proposals land where
+    the posterior is not, so the true correction rejects nearly all of them."""
+
+    def _fit_surrogate(self, chain):
+        surrogate = super()._fit_surrogate(chain)
+        shift = 6.0 * np.sqrt(np.diag(chain.whitening.covariance))
+        field = surrogate.value_and_grad
+
+        class Shifted:
+            def value_and_grad(self, q):
+                return field(q - shift)
+
+        shifted = Shifted()
+        shifted.__dict__.update({k: v for k, v in surrogate.__dict__.items()})
+        return shifted
+
+
+def test_a_surrogate_that_stops_moving_the_chain_is_set_aside():
+    mean, cov = correlated_gaussian(2, seed=4)
+    with gaussian_model(mean, cov):
+        with pytest.warns(UserWarning, match="exact exploration kernel"):
+            idata = pm.sample(step=_MisplacedSurrogateHMC(), **{**SAMPLE, "draws": 2000},
+                              discard_tuned_samples=False)
+    tune_uses = idata.warmup_sample_stats.uses_surrogate.values
+    # exploration resumes in tune after the surrogate stalls
+    assert np.all(tune_uses[:, -100:].mean(axis=1) < 0.9)
+    uses = idata.sample_stats.uses_surrogate.values
+    # a fixed share of exploration steps in the draws, and the draws are still right
+    assert np.all(np.abs(1.0 - uses.mean(axis=1) - 0.25) < 0.05)
+    assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
