@@ -13,10 +13,14 @@ __all__ = ["AdaptiveSurrogateHMC"]
 
 
 class AdaptiveSurrogateHMC(SurrogateHMC):
-    r"""SurrogateHMC whose surrogate starts early and keeps learning (ARNS-HMC).
+    r"""SurrogateHMC whose surrogate keeps learning (ARNS-HMC).
 
-    The random network is fitted as soon as there are a few times ``d`` training points,
-    and from then on every new model evaluation (accepted and rejected proposals alike)
+    The random network is first fitted after the same exploration as SurrogateHMC's (a
+    surrogate fitted from a few ``d`` points right after the climb to the mode was cheaper
+    on the logistic regression, but its training data then came from surrogate proposals
+    alone and missed the tails: on a Student-t(6) coordinate the tail frequency came out
+    0.03-0.09 against 0.05, and from values alone it sent the chain astray on the PDE).
+    From then on every new model evaluation (accepted and rejected proposals alike)
     updates its output weights online by recursive least squares — ``O(p^2)`` per point for
     ``p`` weights, whatever the number of points seen, and equal to the batch regularised
     least-squares solution on the same data (rns-hmc Proposition 1). The weights that drive
@@ -72,18 +76,6 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         self.adaptation_decay = float(adaptation_decay)
         super().__init__(vars, max_hidden=max_hidden, **kwargs)
 
-    def _default_explore_steps(self) -> int:
-        # With gradients a rough first surrogate soon after the climb to the mode is
-        # worth it: it improves online with every evaluation. From values alone a fit
-        # from a few d points sends the chain astray (PDE, d = 20: min ESS 3 of 2000);
-        # explore as SurrogateHMC does (min ESS 580-960, median 900, over 5 seeds).
-        return 0 if self.has_gradient else super()._default_explore_steps()
-
-    def _min_training_points(self) -> int:
-        if not self.has_gradient:
-            return super()._min_training_points()
-        # "A few times d": the first fit is rough (isotropic base, few nodes) and improves.
-        return 3 * self.dim + 10
 
     def _keeps_training_data(self, chain: ChainState) -> bool:
         return not chain.frozen or self.adapt_in_draws

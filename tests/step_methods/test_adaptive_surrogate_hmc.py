@@ -21,20 +21,6 @@ def test_known_posterior_with_adaptation_in_the_draws(black_box):
     assert stats.training_size.values[0, -1] > stats.training_size.values[0, 0]
 
 
-def test_uses_the_surrogate_early_with_gradients():
-    """With gradients the first (rough) surrogate comes after a few d training points and
-    improves online; from values alone the class explores first, like SurrogateHMC."""
-    mean, cov = correlated_gaussian(5, seed=9)
-    with gaussian_model(mean, cov):
-        idata = pm.sample(step=AdaptiveSurrogateHMC(), **{**SAMPLE, "draws": 10, "chains": 1},
-                          discard_tuned_samples=False)
-    stats = idata.warmup_sample_stats
-    first = int(np.argmax(stats.uses_surrogate.values[0]))
-    assert stats.training_size.values[0, first] <= 3 * 5 + 10 + 40  # + one exact trajectory
-    with gaussian_model(mean, cov, black_box=True):
-        assert AdaptiveSurrogateHMC().explore_steps >= 300
-
-
 def test_freezes_when_asked():
     mean, cov = correlated_gaussian(3, seed=10)
     with gaussian_model(mean, cov):
