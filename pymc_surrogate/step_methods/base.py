@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +68,7 @@ class ChainState:
     draw_divergences: int = 0
     explore_history: np.ndarray | None = None  # frozen DE history when exploring in draws
     prior_draws: np.ndarray | None = None  # seeds the DE history early in exploration
-    recent_moves: list = field(default_factory=list)  # accepted flags of surrogate steps
+    recent_moves: deque = field(default_factory=deque)  # accepted flags, last surrogate steps
     paused: bool = False  # tune: surrogate stuck, exploring until the next fit
     explore_probability: float = 0.0  # draws: share of exploration steps (stuck surrogate)
     weight_reference: float = 0.0  # the lowest potential of the last fit (for weights)
@@ -212,6 +213,7 @@ class SurrogateStep(ArrayStepShared):
         )
         return ChainState(
             training=TrainingSet(self.dim, self.context.dim),
+            recent_moves=deque(maxlen=self._stuck_window),
             metric=metric,
             step_adapt=self._step_size_adaptation(initial_step),
             explore_adapt=DualAverageAdaptation(1.0, 0.3, 0.05, 0.75, 10),
@@ -299,7 +301,7 @@ class SurrogateStep(ArrayStepShared):
             info = self._explore_step(chain, current)
         else:
             info = self._surrogate_step(chain, current)
-            chain.recent_moves = [*chain.recent_moves[-self._stuck_window + 1 :], info.accepted]
+            chain.recent_moves.append(info.accepted)
 
         adapting = self.tune and not chain.frozen
         if adapting:
@@ -597,7 +599,7 @@ class SurrogateStep(ArrayStepShared):
         chain.surrogate = surrogate
         chain.last_fit_iteration = chain.iteration + 1
         chain.accept_since_fit = []
-        chain.recent_moves = []
+        chain.recent_moves.clear()
         chain.paused = False
         chain.n_fits += 1
         self._warm_up_on_surrogate(chain, chain_scale)

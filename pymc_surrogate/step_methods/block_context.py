@@ -66,10 +66,14 @@ class BlockContext:
         """``q -> (U~, dU~/dq)`` of the block, for trajectories at the current context."""
         if not self.dim:
             return surrogate.value_and_grad
-        context, dim = self.values(), self.block_dim
+        dim = self.block_dim
+        # One input buffer per trajectory, context filled once: the leapfrog loop only
+        # writes q into it (the surrogate does not keep its input).
+        joint = np.concatenate([np.zeros(dim), self.values()])
 
         def value_and_grad(q: np.ndarray) -> tuple[float, np.ndarray]:
-            value, grad = surrogate.value_and_grad(np.concatenate([q, context]))
+            joint[:dim] = q
+            value, grad = surrogate.value_and_grad(joint)
             return value, grad[:dim]
 
         return value_and_grad

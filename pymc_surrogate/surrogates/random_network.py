@@ -188,13 +188,13 @@ class RandomNetworkSurrogate:
         n_equations = int(has_value.sum() + n_grad * has_grad.sum())
 
         whitening = self.whitening
-        if whitening is None:
+        if whitening is None and n_grad < dim:
+            whitening = Whitening.block_diagonal(
+                Whitening.from_samples(positions[:, :n_grad], dense=True),
+                Whitening.from_samples(positions[:, n_grad:], dense=True),
+            )
+        elif whitening is None:
             whitening = Whitening.from_samples(positions, dense=True)
-            if n_grad < dim:
-                whitening = Whitening.block_diagonal(
-                    Whitening.from_samples(positions[:, :n_grad], dense=True),
-                    Whitening.from_samples(positions[:, n_grad:], dense=True),
-                )
         elif n_grad < dim and whitening.dense and np.any(whitening.chol[n_grad:, :n_grad]):
             raise ValueError(
                 "Partial gradients need a whitening that does not mix the differentiated "
@@ -263,6 +263,8 @@ class RandomNetworkSurrogate:
 
         self.whitening_ = whitening
         self.trust_radius_ = TRUST_FACTOR * float(np.max(np.linalg.norm(x, axis=1)))
+        # Below this |q - mean|^2 no point reaches the wall (|L^-1 r| <= |L^-1|_2 |r|).
+        self._wall_check = (self.trust_radius_ / np.linalg.norm(whitening.inverse_chol(), 2)) ** 2
         self.hidden_ = hidden
         self.n_train_ = n
         self.alpha_ = solution.alpha
@@ -409,15 +411,18 @@ class RandomNetworkSurrogate:
     def value_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         """Surrogate potential and gradient at one position (the leapfrog hot path)."""
         r = q - self._mean
-        white = self._inv_chol @ r
         quad_r = self._quadratic @ r
         value = self._intercept + self._linear @ r + 0.5 * (r @ quad_r)
         grad = self._linear + quad_r
-        radius = np.sqrt(white @ white)
-        if radius > self.trust_radius_:
-            excess = radius - self.trust_radius_
-            value += 0.5 * excess**2
-            grad = grad + (excess / radius) * (self._inv_chol.T @ white)
+        white = None
+        # |L^-1 r| <= |L^-1|_2 |r|: the O(d^2) whitening is only needed near the wall.
+        if r @ r > self._wall_check:
+            white = self._inv_chol @ r
+            radius = np.sqrt(white @ white)
+            if radius > self.trust_radius_:
+                excess = radius - self.trust_radius_
+                value += 0.5 * excess**2
+                grad = grad + (excess / radius) * (self._inv_chol.T @ white)
         if self._node_coef.size:
             if self.hidden_.activation == "softplus":
                 z = self._node_weights @ q + self._node_offsets
@@ -425,7 +430,7 @@ class RandomNetworkSurrogate:
                 # sigmoid(z) = exp(-softplus(-z)) would cost a second log; 0.5(1+tanh(z/2)) is exact.
                 grad = grad + self._node_weights.T @ (self._node_coef * (0.5 + 0.5 * np.tanh(0.5 * z)))
             else:
-                diff = white - self.hidden_.weights
+                diff = (self._inv_chol @ r if white is None else white) - self.hidden_.weights
                 h = np.exp(-0.5 * np.sum(diff**2, axis=1) * self.hidden_.offsets)
                 value += self._node_coef @ h
                 grad_x = -diff.T @ (self._node_coef * h * self.hidden_.offsets)
@@ -436,14 +441,14 @@ class RandomNetworkSurrogate:
         """Surrogate potentials at positions (n, d): the same function as ``value_and_grad``."""
         q = np.atleast_2d(np.asarray(positions, dtype=np.float64))
         r = q - self._mean
+        white = r @ self._inv_chol.T
         values = self._intercept + r @ self._linear + 0.5 * np.einsum("ni,ij,nj->n", r, self._quadratic, r)
         if self._node_coef.size:
             if self.hidden_.activation == "softplus":
                 z = q @ self._node_weights.T + self._node_offsets
                 values = values + np.logaddexp(0.0, z) @ self._node_coef
             else:
-                values = values + self.hidden_.values(r @ self._inv_chol.T) @ self._node_coef
-        white = r @ self._inv_chol.T
+                values = values + self.hidden_.values(white) @ self._node_coef
         excess = np.maximum(np.sqrt(np.einsum("ni,ni->n", white, white)) - self.trust_radius_, 0.0)
         return values + 0.5 * excess**2
 

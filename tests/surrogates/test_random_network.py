@@ -186,3 +186,23 @@ def test_a_clipped_quadratic_base_is_refitted_around():
     grad_error = relative_error(surrogate.predict_gradient(train), gradient(train))
     assert error < 2 * surrogate.training_error_ + 1e-9
     assert max(error, grad_error) < 0.05
+
+
+def test_the_wall_beyond_the_trust_radius_is_smooth_and_consistent():
+    """Far from the data the surrogate grows like (|x| - R)^2 / 2; value_and_grad, predict
+    and finite differences agree there as inside."""
+    rng, mean, cov, potential, gradient = gaussian_problem(3)
+    train = rng.multivariate_normal(mean, cov, size=60)
+    surrogate = RandomNetworkSurrogate(random_state=0).fit(train, potential(train), gradient(train))
+    far = surrogate.whitening_.from_white(np.array([[3.0, 0.0, 0.0]]) * surrogate.trust_radius_)[0]
+    value, grad = surrogate.value_and_grad(far)
+    assert value == pytest.approx(surrogate.predict(far[None])[0])
+    # the wall's own share, (3R - R)^2 / 2 in whitened units, is there on top of the fit
+    without_wall = object.__new__(type(surrogate))
+    without_wall.__dict__.update({**surrogate.__dict__, "trust_radius_": np.inf, "_wall_check": np.inf})
+    wall = value - without_wall.value_and_grad(far)[0]
+    assert wall == pytest.approx(0.5 * (2 * surrogate.trust_radius_) ** 2)
+    step = 1e-6
+    numeric = [(surrogate.value_and_grad(far + step * e)[0] - surrogate.value_and_grad(far - step * e)[0])
+               / (2 * step) for e in np.eye(3)]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6)
