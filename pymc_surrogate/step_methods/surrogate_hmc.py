@@ -59,8 +59,9 @@ class SurrogateHMC(SurrogateStep):
     max_hidden, max_equations : int
         Bounds on the network and on the least-squares system (time and memory of a fit).
     target_accept : float
-        Step-size adaptation target: the true acceptance for ``"hamiltonian"``, the inner
-        surrogate acceptance for ``"surrogate_transition"``.
+        Step-size adaptation target: the acceptance of HMC on the surrogate alone (its
+        integration error), for both corrections. The true acceptance also pays for the
+        surrogate's error, which the step size cannot reduce; refits do.
     path_length : float
         Longest integration time of a trajectory, in units of the posterior scale (the
         mass matrix is the inverse tuning covariance); the number of steps is drawn

@@ -62,14 +62,7 @@ EXACTNESS_STEPS: list[StepEntry] = STEPS + VARIANTS
 
 
 # ``"<test module stem>::<test name with its parameter id>"`` -> reason. See the module doc.
-KNOWN_BUGS: dict[str, str] = {
-    # slow test (not in CI); failing since the suite was written, better but not fixed
-    "test_exactness::test_correlated_gaussian[SurrogateHMC[hamiltonian]-50-1000.0-1000]": (
-        "bug: correction='hamiltonian' on the d = 50 Gaussian with condition number 1000 "
-        "mixes far too slowly (bulk ESS 4-68 of 2000, sds 5-25 MCSE low, r_hat up to 1.7; "
-        "at commit 136456a ESS 2-6); the default correction passes the same test"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
