@@ -7,7 +7,57 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
-__all__ = ["RidgeSolution", "solve_partially_penalised_ridge"]
+__all__ = [
+    "NormalEquations",
+    "RidgeSolution",
+    "solve_partially_penalised_ridge",
+    "solve_ridge",
+]
+
+
+class NormalEquations(NamedTuple):
+    """The sufficient statistics of a least-squares problem ``D c ~ y``.
+
+    Tall problems (rows >> columns) cost one BLAS-3 product ``D^T D``; everything after
+    works on these small matrices. Sums over row blocks add up, so a fit on part of the
+    rows (cross-validation) and on all of them share one pass over the data.
+    """
+
+    gram: np.ndarray  # D^T D
+    rhs: np.ndarray  # D^T y
+    target_norm2: float  # y^T y
+    n_rows: int
+
+    @classmethod
+    def from_design(cls, design: np.ndarray, target: np.ndarray) -> NormalEquations:
+        return cls(design.T @ design, design.T @ target, float(target @ target), target.shape[0])
+
+    def plus(self, other: NormalEquations) -> NormalEquations:
+        """The problem with the rows of both."""
+        return NormalEquations(
+            self.gram + other.gram, self.rhs + other.rhs,
+            self.target_norm2 + other.target_norm2, self.n_rows + other.n_rows,
+        )
+
+    def columns(self, keep: np.ndarray) -> NormalEquations:
+        """The problem restricted to the columns ``keep``."""
+        return NormalEquations(
+            self.gram[np.ix_(keep, keep)], self.rhs[keep], self.target_norm2, self.n_rows
+        )
+
+    def fix_columns(self, fixed: np.ndarray, values: np.ndarray) -> NormalEquations:
+        """The problem in the other columns once ``fixed`` are held at ``values``.
+
+        Its target is ``y - D_fixed values``; its columns keep their order.
+        """
+        rest = np.setdiff1d(np.arange(self.rhs.shape[0]), fixed)
+        g_fixed = self.gram[np.ix_(fixed, fixed)]
+        return NormalEquations(
+            self.gram[np.ix_(rest, rest)],
+            self.rhs[rest] - self.gram[np.ix_(rest, fixed)] @ values,
+            self.target_norm2 - 2.0 * float(values @ self.rhs[fixed]) + float(values @ g_fixed @ values),
+            self.n_rows,
+        )
 
 
 class RidgeSolution(NamedTuple):
@@ -72,16 +122,30 @@ def solve_partially_penalised_ridge(
     -------
     RidgeSolution
     """
-    n = target.shape[0]
-    p = free_design.shape[1]
-    design = np.hstack([free_design, penalised_design])
-    # Equilibrate columns: the Gram matrix squares the condition number, and features
-    # of very different scales (1, x, x^2) would otherwise lose precision first.
-    norms = np.linalg.norm(design, axis=0)
+    return solve_ridge(
+        NormalEquations.from_design(np.hstack([free_design, penalised_design]), target),
+        free_design.shape[1], alpha, alpha_grid,
+    )
+
+
+def solve_ridge(
+    equations: NormalEquations,
+    n_free: int,
+    alpha: float | None = None,
+    alpha_grid: int = 40,
+) -> RidgeSolution:
+    """:func:`solve_partially_penalised_ridge` from the normal equations.
+
+    The first ``n_free`` columns are unpenalised, the others penalised.
+    """
+    n, p = equations.n_rows, n_free
+    # Equilibrate columns: features of very different scales (1, x, x^2) would otherwise
+    # lose precision first in the Gram matrix, whose condition number is squared.
+    norms = np.sqrt(np.maximum(np.diag(equations.gram), 0.0))
     norms[norms == 0] = 1.0
-    design /= norms
-    gram = design.T @ design
-    rhs = design.T @ target
+    gram = equations.gram / np.outer(norms, norms)
+    rhs = equations.rhs / norms
+    n_penalised = rhs.shape[0] - p
     g_ff, g_fr, g_rr = gram[:p, :p], gram[:p, p:], gram[p:, p:]
     b_f, b_r = rhs[:p], rhs[p:]
     g_ff_inv, rank = _pseudo_inverse_psd(g_ff)
@@ -89,9 +153,9 @@ def solve_partially_penalised_ridge(
     # Projected ("residualised") normal equations of the penalised block.
     proj_gram = g_rr - g_fr.T @ g_ff_inv @ g_fr
     proj_rhs = b_r - g_fr.T @ (g_ff_inv @ b_f)
-    y_norm2 = float(target @ target - b_f @ g_ff_inv @ b_f)
+    y_norm2 = float(equations.target_norm2 - b_f @ g_ff_inv @ b_f)
 
-    if penalised_design.shape[1]:
+    if n_penalised:
         vals, vecs = scipy.linalg.eigh((proj_gram + proj_gram.T) / 2)
         top = max(vals.max(), 1e-300)
         vals = np.where(vals > 1e-14 * top, vals, 0.0)
@@ -115,7 +179,7 @@ def solve_partially_penalised_ridge(
         gcv = n * max(y_norm2, 0.0) / max(n - rank, 1) ** 2
         dof = float(rank)
     coef_free = g_ff_inv @ (b_f - g_fr @ weights)
-    penalty = np.concatenate([np.zeros(p), np.full(penalised_design.shape[1], chosen)])
+    penalty = np.concatenate([np.zeros(p), np.full(n_penalised, chosen)])
     return RidgeSolution(
         coef_free / norms[:p], weights / norms[p:], chosen, gcv, gram, rhs, penalty, norms, dof
     )
