@@ -62,7 +62,21 @@ EXACTNESS_STEPS: list[StepEntry] = STEPS + VARIANTS
 
 
 # ``"<test module stem>::<test name with its parameter id>"`` -> reason. See the module doc.
-KNOWN_BUGS: dict[str, str] = {}
+KNOWN_BUGS: dict[str, str] = {
+    # slow tests (not in CI). The surrogate's tails are Gaussian (positive-definite
+    # quadratic base) and past the training data it grows faster still: on a t(3) it is
+    # e^7 too light at |x| = 8 and e^23 at |x| = 10, so the far tail is almost never
+    # proposed. SurrogateHMC passes at this seed but not at others (2 x 20 000 draws,
+    # seed 5: 2% tail frequencies 0.0116 0.0159 0.0166, z down to -4.9; NUTS 0.0214 0.0196
+    # 0.0180). A tail envelope (defensive mixture) helped only partly: branch
+    # wip/tail-envelope.
+    "test_exactness::test_heavy_tails[AdaptiveSurrogateHMC]": (
+        "bug: Student-t(3) tails too light in a finite run (2% tail z = -5.5)"
+    ),
+    "test_exactness::test_heavy_tails[SurrogateHMC[hamiltonian]]": (
+        "bug: Student-t(3) tails too light in a finite run (2% tail z = -5.2)"
+    ),
+}
 
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
