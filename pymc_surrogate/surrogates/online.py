@@ -11,7 +11,8 @@ __all__ = ["RecursiveLeastSquares"]
 class RecursiveLeastSquares:
     r"""Exact online ridge regression (rns-hmc Proposition 1, in covariance form).
 
-    Keeps ``P = (H^T H + diag(penalty))^{-1}`` and ``coef = P H^T y`` for all equations seen.
+    Keeps ``A = H^T H + diag(penalty)``, ``P = A^{-1}`` and ``coef = P H^T y`` for all
+    equations seen.
     A new equation ``h . coef = y`` updates both by the Sherman-Morrison formula in
     ``O(p^2)`` time and memory, whatever the number of equations before it; the result is
     the batch regularised least-squares solution on the same data (Greville's recursion is
@@ -45,6 +46,8 @@ class RecursiveLeastSquares:
         self.column_scale = np.ones(p) if column_scale is None else np.asarray(column_scale)
         floor = 1e-10 * max(float(np.max(np.diag(gram), initial=0.0)), 1.0)
         system = gram + np.diag(np.maximum(penalty, floor))
+        # A itself (O(p^2) more a step): a constrained re-solve then needs only a block of it.
+        self.precision = np.asfortranarray(system)
         chol = scipy.linalg.cho_factor(system, lower=True)
         # Fortran order lets BLAS's rank-1 update (dger) work in place.
         self.precision_inverse = np.asfortranarray(scipy.linalg.cho_solve(chol, np.eye(p)))
@@ -67,6 +70,7 @@ class RecursiveLeastSquares:
             denom = 1.0 + h @ ph
             self.coef_scaled += ph * ((y - h @ self.coef_scaled) / denom)
             p_mat = _rank_one_update(p_mat, -1.0 / denom, ph)
+            self.precision = _rank_one_update(self.precision, 1.0, h)
             self.n_updates += 1
             if self.n_updates % self.symmetrize_every == 0:
                 p_mat = np.asfortranarray(0.5 * (p_mat + p_mat.T))

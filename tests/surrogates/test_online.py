@@ -29,6 +29,7 @@ def test_online_equals_batch_after_thousands_of_updates_with_near_duplicates():
     floor = 1e-10 * max(float(np.max(np.diag(start_gram))), 1.0)
     system = rows.T @ rows + np.diag(np.maximum(penalty, floor))
     np.testing.assert_allclose(learner.precision_inverse @ system, np.eye(p), atol=1e-8)
+    np.testing.assert_allclose(learner.precision, system, rtol=1e-12, atol=1e-9)
 
 
 def test_online_continues_the_surrogate_fit_exactly():
@@ -62,3 +63,28 @@ def test_update_cost_does_not_grow_with_data():
     learner = RecursiveLeastSquares(np.eye(20), np.zeros(20), np.ones(20))
     learner.update(rng.standard_normal((3000, 20)), rng.standard_normal(3000))
     assert learner.precision_inverse.shape == (20, 20) and learner.n_updates == 3000
+
+
+def test_clipped_quadratic_is_the_constrained_minimum_of_the_learner():
+    """Online weights whose quadratic is indefinite (a saddle): with the learner, the other
+    weights are the minimum of the learner's objective given the clipped quadratic."""
+    rng = np.random.default_rng(3)
+    positions = rng.standard_normal((150, 2))
+    saddle = lambda q: q[:, 0] ** 2 - 0.5 * q[:, 1] ** 2 + 0.2 * np.sin(2 * q[:, 0])
+    surrogate = RandomNetworkSurrogate(n_hidden=10, alpha=1e-3, quadratic="full", random_state=0)
+    surrogate.fit(positions[:100], saddle(positions[:100]))
+    eq = surrogate.normal_equations_
+    learner = RecursiveLeastSquares(eq.gram, eq.rhs, eq.penalty, eq.column_scale)
+    learner.update(surrogate.value_features(positions[100:]),
+                   saddle(positions[100:]) - surrogate.target_offset_)
+    coef = learner.coef
+    proper = surrogate._proper_quadratic(coef)
+    assert proper is not None, "the test needs an indefinite quadratic"
+    clipped = surrogate.with_coefficients(coef, learner)
+    result = np.r_[clipped.polynomial_coef_, clipped.hidden_coef_]
+    quad = np.arange(3, surrogate.polynomial_.size)
+    rest = np.setdiff1d(np.arange(coef.size), quad)
+    np.testing.assert_allclose(result[quad], proper)
+    # Zero gradient of (c - coef)^T A (c - coef) in the free (non-quadratic) weights.
+    gradient = learner.precision @ ((result - coef) * learner.column_scale)
+    np.testing.assert_allclose(gradient[rest], 0.0, atol=1e-8 * np.abs(gradient[quad]).max())
