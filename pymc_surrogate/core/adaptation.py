@@ -28,9 +28,8 @@ def warm_up_on_surrogate(
     After a refit the old step size may be far off (a poor early surrogate drives it
     down), and the chain's own tuning history may have collapsed in a direction it
     failed to explore. Both can be mended on the surrogate, with PyMC's
-    ``DualAverageAdaptation`` and no model evaluation: for the surrogate-transition
-    correction the step size only matters to the inner chain on the surrogate; for the
-    Hamiltonian correction it is a good start for the adaptation on the true acceptance.
+    ``DualAverageAdaptation`` and no model evaluation: both corrections adapt the step
+    size on the surrogate's own acceptance, so this is where the adaptation starts from.
 
     Returns
     -------
