@@ -53,6 +53,7 @@ class ChainState:
     metric: Any
     step_adapt: DualAverageAdaptation
     explore_adapt: DualAverageAdaptation
+    path_adapt: DualAverageAdaptation | None = None  # trajectory length (Hamiltonian correction)
     positions: list = field(default_factory=list)  # chain states during tune (for scale)
     current: ChainPoint | None = None
     current_key: bytes | None = None

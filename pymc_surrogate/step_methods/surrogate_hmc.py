@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_surrogate.core.transitions import (
     ChainPoint,
@@ -68,7 +69,10 @@ class SurrogateHMC(SurrogateStep):
         uniformly between half and all of ``path_length / step_size`` and the step size is
         jittered by ±20%. The default 2.8 (about 0.9 pi) makes successive draws of a
         near-Gaussian posterior anti-correlated, so the effective sample size can exceed
-        the number of draws (as NUTS's does); exploration uses at most 1.5.
+        the number of draws (as NUTS's does); exploration uses at most 1.5. With
+        ``correction="hamiltonian"`` this is the longest length: during tuning the length
+        adapts (down to a tenth) so that the true acceptance, which falls with the distance
+        travelled on an imperfect surrogate, reaches 0.65.
     dense_mass : bool
         Dense mass matrix (and trajectories) instead of diagonal.
     explore_steps : int or "auto"
@@ -148,6 +152,25 @@ class SurrogateHMC(SurrogateStep):
             )
         return surrogate
 
+    # Hamiltonian correction: the true acceptance falls with the distance a trajectory
+    # travels on an imperfect surrogate, not with the step size (which adapts to the
+    # integration error alone). So the path length adapts to the true acceptance, by dual
+    # averaging toward _path_target, between _shortest_path and all of path_length, and
+    # restarts from the longest path after every refit.
+    _path_target = 0.65
+    _shortest_path = 0.1
+
+    def _warm_up_on_surrogate(self, chain: ChainState, chain_scale) -> None:
+        super()._warm_up_on_surrogate(chain, chain_scale)
+        if self.correction == "hamiltonian":
+            chain.path_adapt = DualAverageAdaptation(self.path_length, self._path_target, 0.05, 0.75, 10)
+
+    def _trajectory_length(self, chain: ChainState) -> float:
+        if chain.path_adapt is None:
+            return self.path_length
+        length = chain.path_adapt.current(self.tune and not chain.frozen)
+        return float(np.clip(length, self._shortest_path * self.path_length, self.path_length))
+
     def _surrogate_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
         with_grad = self.has_gradient and not chain.frozen
 
@@ -157,10 +180,13 @@ class SurrogateHMC(SurrogateStep):
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
         field = self.context.field(chain.surrogate)
         if self.correction == "hamiltonian":
-            return surrogate_hmc_transition(
+            info = surrogate_hmc_transition(
                 current, evaluate, field, chain.metric, step_size,
-                self.path_length, self.max_energy_error, self.rng,
+                self._trajectory_length(chain), self.max_energy_error, self.rng,
             )
+            if self.tune and not chain.frozen:
+                chain.path_adapt.update(info.accept_prob, True)
+            return info
         return surrogate_transition(
             current, evaluate, field, chain.metric, step_size,
             self.path_length, self.max_energy_error, self.n_inner, self.rng,
