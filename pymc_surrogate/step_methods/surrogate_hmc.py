@@ -155,15 +155,20 @@ class SurrogateHMC(SurrogateStep):
     # Hamiltonian correction: the true acceptance falls with the distance a trajectory
     # travels on an imperfect surrogate, not with the step size (which adapts to the
     # integration error alone). So the path length adapts to the true acceptance, by dual
-    # averaging toward _path_target, between _shortest_path and all of path_length, and
-    # restarts from the longest path after every refit.
+    # averaging toward _path_target, between _shortest_path and all of path_length. It
+    # restarts from the longest path after every refit in tuning; the draws, which no longer
+    # adapt, keep the length tuning arrived at.
     _path_target = 0.65
     _shortest_path = 0.1
 
     def _warm_up_on_surrogate(self, chain: ChainState, chain_scale) -> None:
         super()._warm_up_on_surrogate(chain, chain_scale)
-        if self.correction == "hamiltonian":
-            chain.path_adapt = DualAverageAdaptation(self.path_length, self._path_target, 0.05, 0.75, 10)
+        if self.correction != "hamiltonian":
+            return
+        start = self.path_length
+        if chain.frozen and chain.path_adapt is not None:  # the final fit, at the end of tuning
+            start = self._trajectory_length(chain)
+        chain.path_adapt = DualAverageAdaptation(start, self._path_target, 0.05, 0.75, 10)
 
     def _trajectory_length(self, chain: ChainState) -> float:
         if chain.path_adapt is None:
