@@ -16,6 +16,7 @@ import numpy as np
 from pymc_surrogate.core.integrator import Metric, ValueAndGrad, leapfrog
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.metropolis import (
+    accept_probability,
     hamiltonian,
     metropolis_accept,
     surrogate_transition_log_ratio,
@@ -141,7 +142,7 @@ def surrogate_hmc_transition(
     h1 = hamiltonian(proposal.potential, kinetic1)
     error = _nan_to_inf(h1 - h0)
     accepted, prob = metropolis_accept(-error, rng)
-    integration_prob = float(np.exp(min(0.0, -surrogate_error)))
+    integration_prob = accept_probability(-surrogate_error)
     return TransitionInfo(
         proposal if accepted else current, accepted, prob, integration_prob,
         error > max_energy_error, h1 if accepted else h0, error, surrogate_error,

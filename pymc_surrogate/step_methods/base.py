@@ -53,7 +53,7 @@ class ChainState:
     metric: Any
     step_adapt: DualAverageAdaptation
     explore_adapt: DualAverageAdaptation
-    path_adapt: DualAverageAdaptation | None = None  # trajectory length (Hamiltonian correction)
+    path_adapt: DualAverageAdaptation | None = None  # trajectory length, on the true acceptance
     positions: list = field(default_factory=list)  # chain states during tune (for scale)
     current: ChainPoint | None = None
     current_key: bytes | None = None
@@ -311,6 +311,8 @@ class SurrogateStep(ArrayStepShared):
             elif not (exploring and chain.surrogate is not None):
                 # the step size of surrogate trajectories learns from surrogate steps only
                 chain.step_adapt.update(info.adapt_stat, True)
+            if not exploring and chain.path_adapt is not None:
+                chain.path_adapt.update(info.accept_prob, True)
             if chain.surrogate is None and self.has_gradient:
                 chain.metric.update(info.point.q, info.point.grad, True)
             chain.positions.append(info.point.q)

@@ -185,13 +185,10 @@ class SurrogateHMC(SurrogateStep):
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
         field = self.context.field(chain.surrogate)
         if self.correction == "hamiltonian":
-            info = surrogate_hmc_transition(
+            return surrogate_hmc_transition(
                 current, evaluate, field, chain.metric, step_size,
                 self._trajectory_length(chain), self.max_energy_error, self.rng,
             )
-            if self.tune and not chain.frozen:
-                chain.path_adapt.update(info.accept_prob, True)
-            return info
         return surrogate_transition(
             current, evaluate, field, chain.metric, step_size,
             self.path_length, self.max_energy_error, self.n_inner, self.rng,

@@ -239,7 +239,7 @@ class RandomNetworkSurrogate:
         n_free = polynomial.size
         self.polynomial_ = polynomial
         base_columns = np.arange(n_free)
-        choose_nodes = hidden.size and self.n_hidden == "auto"
+        choose_nodes = bool(hidden.size) and self.n_hidden == "auto"
         if choose_nodes:
             # The hidden nodes must earn their place on points the fit has not seen: the
             # last fifth gathered (closest to where the chain is going). On value-only
@@ -258,10 +258,15 @@ class RandomNetworkSurrogate:
             equations = NormalEquations.from_design(design, target)
         solution, coef = self._fit_proper(equations, n_free)
         if hidden.size:
-            base_solution, base_coef = self._fit_proper(equations.columns(base_columns), n_free)
+            # The base fits share the free block (and its eigendecomposition) with the full ones.
+            base_solution, base_coef = self._fit_proper(
+                equations.columns(base_columns), n_free, solution.free_inverse
+            )
             if choose_nodes:
-                _, fold_coef = self._fit_proper(fold, n_free)
-                _, fold_base = self._fit_proper(fold.columns(base_columns), n_free)
+                fold_solution, fold_coef = self._fit_proper(fold, n_free)
+                _, fold_base = self._fit_proper(
+                    fold.columns(base_columns), n_free, fold_solution.free_inverse
+                )
                 held_design, held_target = design[n_fold:], target[n_fold:]
                 drop = _squared_error(held_design, held_target, fold_coef) >= _squared_error(
                     held_design[:, :n_free], held_target, fold_base
@@ -316,7 +321,10 @@ class RandomNetworkSurrogate:
         clone._prepare_prediction(self.target_offset_)
         return clone
 
-    def _fit_proper(self, equations: NormalEquations, n_free: int):
+    def _fit_proper(
+        self, equations: NormalEquations, n_free: int,
+        free_inverse: tuple[np.ndarray, int] | None = None,
+    ):
         """Least squares whose quadratic block is positive definite.
 
         The unconstrained fit can bend the quadratic negative where the hidden nodes
@@ -325,7 +333,7 @@ class RandomNetworkSurrogate:
         with the clipped quadratic held fixed. The returned normal equations stay those
         of the unconstrained problem, which an online learner continues.
         """
-        solution = solve_ridge(equations, n_free, self.alpha)
+        solution = solve_ridge(equations, n_free, self.alpha, free_inverse=free_inverse)
         coef = np.concatenate([solution.free, solution.penalised])
         proper = self._proper_quadratic(coef)
         if proper is not None:

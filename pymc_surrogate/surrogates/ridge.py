@@ -65,7 +65,9 @@ class RidgeSolution(NamedTuple):
 
     ``gram``, ``rhs`` and ``penalty`` are the normal equations in column-scaled
     coordinates (``coef_scaled = coef * column_scale``): ``(gram + diag(penalty))
-    coef_scaled = rhs``, which an online learner continues from.
+    coef_scaled = rhs``, which an online learner continues from. ``free_inverse`` is the
+    pseudo-inverse of the free block's scaled Gram matrix and its rank: another solve with
+    the same free columns of the same rows can reuse it.
     """
 
     free: np.ndarray
@@ -77,6 +79,7 @@ class RidgeSolution(NamedTuple):
     penalty: np.ndarray
     column_scale: np.ndarray
     dof: float
+    free_inverse: tuple[np.ndarray, int]
 
 
 def _pseudo_inverse_psd(gram: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, int]:
@@ -133,10 +136,13 @@ def solve_ridge(
     n_free: int,
     alpha: float | None = None,
     alpha_grid: int = 40,
+    free_inverse: tuple[np.ndarray, int] | None = None,
 ) -> RidgeSolution:
     """:func:`solve_partially_penalised_ridge` from the normal equations.
 
-    The first ``n_free`` columns are unpenalised, the others penalised.
+    The first ``n_free`` columns are unpenalised, the others penalised. ``free_inverse``
+    (from the ``RidgeSolution`` of a solve with the same free columns of the same rows)
+    skips the eigendecomposition of the free block, the costly part when it is large.
     """
     n, p = equations.n_rows, n_free
     # Equilibrate columns: features of very different scales (1, x, x^2) would otherwise
@@ -148,7 +154,7 @@ def solve_ridge(
     n_penalised = rhs.shape[0] - p
     g_ff, g_fr, g_rr = gram[:p, :p], gram[:p, p:], gram[p:, p:]
     b_f, b_r = rhs[:p], rhs[p:]
-    g_ff_inv, rank = _pseudo_inverse_psd(g_ff)
+    g_ff_inv, rank = _pseudo_inverse_psd(g_ff) if free_inverse is None else free_inverse
 
     # Projected ("residualised") normal equations of the penalised block.
     proj_gram = g_rr - g_fr.T @ g_ff_inv @ g_fr
@@ -181,5 +187,6 @@ def solve_ridge(
     coef_free = g_ff_inv @ (b_f - g_fr @ weights)
     penalty = np.concatenate([np.zeros(p), np.full(n_penalised, chosen)])
     return RidgeSolution(
-        coef_free / norms[:p], weights / norms[p:], chosen, gcv, gram, rhs, penalty, norms, dof
+        coef_free / norms[:p], weights / norms[p:], chosen, gcv, gram, rhs, penalty, norms, dof,
+        (g_ff_inv, rank),
     )
