@@ -80,8 +80,8 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
     def _keeps_training_data(self, chain: ChainState) -> bool:
         return not chain.frozen or self.adapt_in_draws
 
-    def _fit_surrogate(self, chain: ChainState):
-        surrogate = super()._fit_surrogate(chain)
+    def _fit_surrogate(self, chain: ChainState, **settings):
+        surrogate = super()._fit_surrogate(chain, **settings)
         eq = surrogate.normal_equations_
         chain.learner = RecursiveLeastSquares(eq.gram, eq.rhs, eq.penalty, eq.column_scale)
         return surrogate

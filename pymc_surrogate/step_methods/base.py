@@ -605,7 +605,14 @@ class SurrogateStep(ArrayStepShared):
         chain.recent_moves.clear()
         chain.paused = False
         chain.n_fits += 1
-        self._warm_up_on_surrogate(chain, chain_scale)
+        if self._warm_up_on_surrogate(chain, chain_scale):
+            return
+        # A spurious well (see _in_spurious_well): successively tamer fits, the last kept.
+        for simpler in self._tamer_surrogates(chain):
+            chain.surrogate = simpler
+            if self._warm_up_on_surrogate(chain, chain_scale):
+                return
+        self._warm_up_on_surrogate(chain, chain_scale, check_wells=False)
 
     def _metric(self, scale: Whitening):
         rng = self.rng.spawn(1)[0]
@@ -613,17 +620,23 @@ class SurrogateStep(ArrayStepShared):
             return QuadPotentialFull(scale.covariance, rng=rng)
         return QuadPotentialDiag(scale.covariance, rng=rng)
 
-    def _warm_up_on_surrogate(self, chain: ChainState, chain_scale: Whitening) -> None:
+    def _warm_up_on_surrogate(
+        self, chain: ChainState, chain_scale: Whitening, check_wells: bool = True
+    ) -> bool:
         """Step size and mass matrix from HMC on the new surrogate: no model evaluation.
 
         A chain that explored badly in tuning (a direction it barely moved in) leaves a
         collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
         re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
         so a surrogate that is wrong far from the data cannot blow the metric up.
+
+        Returns False, changing nothing, when ``check_wells`` and the surrogate's own draws
+        fall into a spurious well (see ``_in_spurious_well``).
         """
         start = chain.current.q if chain.current is not None else chain_scale.mean
+        field = self.context.field(chain.surrogate)
         common = dict(
-            value_and_grad=self.context.field(chain.surrogate), q0=start,
+            value_and_grad=field, q0=start,
             target_accept=self.target_accept, path_length=self.path_length, rng=self.rng,
             max_energy_error=self.max_energy_error,
         )
@@ -631,6 +644,8 @@ class SurrogateStep(ArrayStepShared):
             metric=chain.metric, initial_step=chain.step_adapt.current(False),
             n_samples=max(200, 4 * self.dim), **common
         )
+        if check_wells and self._in_spurious_well(chain, field, samples):
+            return False
         if np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim:
             sampled = Whitening.from_samples(samples, dense=self.dense_mass)
             ratio = np.clip(sampled.covariance / chain_scale.covariance, 1e-3, 1e3) if not self.dense_mass else None
@@ -639,6 +654,26 @@ class SurrogateStep(ArrayStepShared):
             chain.metric = self._metric(sampled)
             step, _ = warm_up_on_surrogate(metric=chain.metric, initial_step=step, **common)
         chain.step_adapt = self._step_size_adaptation(step)
+        return True
+
+    def _in_spurious_well(self, chain: ChainState, field, samples: np.ndarray) -> bool:
+        """Whether the surrogate's own draws lie far below every potential ever evaluated.
+
+        The lowest evaluated potential is within a few units of the true minimum (a climb
+        to the mode, or an exploration of the typical set), and a faithful surrogate's
+        draws sit above its minimum. Far below, the surrogate has a well where it has no
+        data: flexible fits with little regularisation make them (Student-t(3), d = 3,
+        value-and-gradient fit with 500 nodes and a ridge of 1e-12: a well 15 below the
+        mode, 4 sd from the nearest training point, held 99.9% of the surrogate's mass).
+        The correction keeps the chain exact, but its proposals then head for the well
+        and are rejected, and the regions around go unvisited.
+        """
+        floor = float(np.min(chain.training.potentials)) - (5.0 + 2.0 * np.sqrt(self.dim))
+        return any(field(q)[0] < floor for q in samples)
+
+    def _tamer_surrogates(self, chain: ChainState):
+        """Hook: successively less flexible fits to the same data, after a spurious well."""
+        return iter(())
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         """Hook: called after every transition, in tune and in the draws."""

@@ -127,14 +127,14 @@ class SurrogateHMC(SurrogateStep):
         RandomNetworkSurrogate(**self._surrogate_settings)
         super().__init__(vars, **kwargs)
 
-    def _fit_surrogate(self, chain: ChainState) -> RandomNetworkSurrogate:
+    def _fit_surrogate(self, chain: ChainState, **settings) -> RandomNetworkSurrogate:
         training = chain.training
         keep = training.relevant(self._energy_window())
         inputs, whitening = self.context.training_inputs(
             training.positions[keep], training.contexts[keep]
         )
         surrogate = RandomNetworkSurrogate(
-            **self._surrogate_settings,
+            **{**self._surrogate_settings, **settings},
             whitening=whitening,
             random_state=self.rng.spawn(1)[0],
         )
@@ -161,14 +161,27 @@ class SurrogateHMC(SurrogateStep):
     _path_target = 0.65
     _shortest_path = 0.1
 
-    def _warm_up_on_surrogate(self, chain: ChainState, chain_scale) -> None:
-        super()._warm_up_on_surrogate(chain, chain_scale)
+    # After a spurious well: refit with the ridge penalty floored at these multiples of
+    # its scale, then without hidden nodes (a positive-definite quadratic has no well).
+    _tamer_min_alphas = (1e-3,)
+
+    def _tamer_surrogates(self, chain: ChainState):
+        for settings in [{"min_alpha": a} for a in self._tamer_min_alphas] + [{"n_hidden": 0}]:
+            try:
+                yield self._fit_surrogate(chain, **settings)
+            except (np.linalg.LinAlgError, ValueError):
+                continue
+
+    def _warm_up_on_surrogate(self, chain: ChainState, chain_scale, check_wells: bool = True) -> bool:
+        if not super()._warm_up_on_surrogate(chain, chain_scale, check_wells):
+            return False
         if self.correction != "hamiltonian":
-            return
+            return True
         start = self.path_length
         if chain.frozen and chain.path_adapt is not None:  # the final fit, at the end of tuning
             start = self._trajectory_length(chain)
         chain.path_adapt = DualAverageAdaptation(start, self._path_target, 0.05, 0.75, 10)
+        return True
 
     def _trajectory_length(self, chain: ChainState) -> float:
         if chain.path_adapt is None:

@@ -137,12 +137,15 @@ def solve_ridge(
     alpha: float | None = None,
     alpha_grid: int = 40,
     free_inverse: tuple[np.ndarray, int] | None = None,
+    min_alpha: float = 1e-12,
 ) -> RidgeSolution:
     """:func:`solve_partially_penalised_ridge` from the normal equations.
 
     The first ``n_free`` columns are unpenalised, the others penalised. ``free_inverse``
     (from the ``RidgeSolution`` of a solve with the same free columns of the same rows)
     skips the eigendecomposition of the free block, the costly part when it is large.
+    ``min_alpha`` is the smallest penalty generalised cross-validation may choose,
+    relative to the largest eigenvalue of the penalised block (columns equilibrated).
     """
     n, p = equations.n_rows, n_free
     # Equilibrate columns: features of very different scales (1, x, x^2) would otherwise
@@ -169,7 +172,7 @@ def solve_ridge(
         # (U^T y)^2 of the projected SVD, from the eigenpairs: (v^T R'^T y)^2 / s^2.
         uty2 = np.divide(vtr**2, vals, out=np.zeros_like(vals), where=vals > 0)
         outside = max(y_norm2 - float(uty2.sum()), 0.0)
-        grid = top * np.logspace(-12, 1, alpha_grid) if alpha is None else np.array([alpha])
+        grid = top * np.logspace(np.log10(min_alpha), 1, alpha_grid) if alpha is None else np.array([alpha])
         scores = []
         for a in grid:
             rss = outside + float(np.sum((a / (vals + a)) ** 2 * uty2))
