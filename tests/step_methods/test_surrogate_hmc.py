@@ -193,8 +193,8 @@ class _MisplacedSurrogateHMC(SurrogateHMC):
     """A surrogate fitted to the right potential shifted by 6 sd: its proposals land where
     the posterior is not, so the true correction rejects nearly all of them."""
 
-    def _fit_surrogate(self, chain):
-        surrogate = super()._fit_surrogate(chain)
+    def _fit_surrogate(self, chain, **settings):
+        surrogate = super()._fit_surrogate(chain, **settings)
         shift = 6.0 * np.sqrt(np.diag(chain.whitening.covariance))
         field = surrogate.value_and_grad
 
@@ -220,3 +220,59 @@ def test_a_surrogate_that_stops_moving_the_chain_is_set_aside():
     # a fixed share of exploration steps in the draws, and the draws are still right
     assert np.all(np.abs(1.0 - uses.mean(axis=1) - 0.25) < 0.05)
     assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
+
+
+class _WelledSurrogateHMC(SurrogateHMC):
+    """Every fit with the default settings gets a deep well 3 sd from the mode, where the
+    posterior has no mass; the tamer refits (any non-default setting) do not."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fit_settings = []
+
+    def _fit_surrogate(self, chain, **settings):
+        surrogate = super()._fit_surrogate(chain, **settings)
+        self.fit_settings.append(settings)
+        if settings:
+            return surrogate
+        sd = np.sqrt(np.diag(chain.whitening.covariance))
+        centre, field = chain.whitening.mean + 3.0 * sd, surrogate.value_and_grad
+
+        class Welled:
+            def value_and_grad(self, q):
+                value, grad = field(q)
+                z = (q - centre) / (1.5 * sd)
+                depth = 40.0 * np.exp(-0.5 * z @ z)
+                return value - depth, grad + depth * z / (1.5 * sd)
+
+        welled = Welled()
+        welled.__dict__.update(surrogate.__dict__)
+        return welled
+
+
+def test_a_surrogate_with_a_spurious_well_is_refitted_tamer():
+    mean, cov = correlated_gaussian(2, seed=5)
+    with gaussian_model(mean, cov):
+        step = _WelledSurrogateHMC()
+        idata = pm.sample(step=step, **SAMPLE)
+    assert {"min_alpha": 1e-3} in step.fit_settings
+    assert type(step.chain.surrogate).__name__ != "Welled", "the well drove the draws"
+    assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
+
+
+class _RecordingSurrogateHMC(SurrogateHMC):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fit_settings = []
+
+    def _fit_surrogate(self, chain, **settings):
+        self.fit_settings.append(settings)
+        return super()._fit_surrogate(chain, **settings)
+
+
+def test_a_faithful_surrogate_is_not_refitted():
+    mean, cov = correlated_gaussian(6)
+    with gaussian_model(mean, cov):
+        step = _RecordingSurrogateHMC()
+        pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10})
+    assert step.fit_settings and all(s == {} for s in step.fit_settings)

@@ -25,3 +25,14 @@ def test_gcv_prefers_little_penalty_for_noiseless_data_and_more_for_noise():
     exact = solve_partially_penalised_ridge(free, pen, truth)
     noisy = solve_partially_penalised_ridge(free, pen, truth + 3.0 * rng.standard_normal(300))
     assert exact.alpha < noisy.alpha
+
+
+def test_the_penalty_floor_bounds_what_gcv_may_choose():
+    from pymc_surrogate.surrogates.ridge import NormalEquations, solve_ridge
+
+    rng = np.random.default_rng(2)
+    design = np.hstack([np.ones((300, 1)), rng.standard_normal((300, 40))])
+    equations = NormalEquations.from_design(design, design[:, 1:4] @ [1.0, -2.0, 0.5])
+    # Noise-free data: cross-validation takes the smallest penalty offered, the floor.
+    low, high = (solve_ridge(equations, 1, min_alpha=m).alpha for m in (1e-9, 1e-3))
+    assert np.isclose(high / low, 1e6, rtol=1e-9)
