@@ -91,11 +91,6 @@ KNOWN_BUGS: dict[str, str] = {
     "test_faults::test_bad_region_is_rejected[AdaptiveSurrogateHMC--inf-gradient]": (
         "bug: the same run as the NaN case (a -inf logp is rejected the same way)"
     ),
-    "test_faults::test_rough_potential_stays_exact[AdaptiveSurrogateHMC]": (
-        "bug: on a potential no smooth surrogate follows, bulk ESS 22 of 6000 draws (r_hat "
-        "1.10); at seed 1 the sd is 4.2 MCSE low; seeds 2, 3 pass. The session-start code "
-        "passed this seed and 1-3"
-    ),
 }
 
 
