@@ -663,8 +663,9 @@ class SurrogateStep(ArrayStepShared):
         to the mode, or an exploration of the typical set), and a faithful surrogate's
         draws sit above its minimum. Far below, the surrogate has a well where it has no
         data: flexible fits with little regularisation make them (Student-t(3), d = 3,
-        value-and-gradient fit with 500 nodes and a ridge of 1e-12: a well 15 below the
-        mode, 4 sd from the nearest training point, held 99.9% of the surrogate's mass).
+        value-and-gradient fit with 500 nodes and a ridge of 1e-12 of its scale, before
+        ``min_alpha`` floored it: a well 15 below the mode, 4 sd from the nearest training
+        point, held 99.9% of the surrogate's mass).
         The correction keeps the chain exact, but its proposals then head for the well
         and are rejected, and the regions around go unvisited.
         """

@@ -161,18 +161,20 @@ class SurrogateHMC(SurrogateStep):
     _path_target = 0.65
     _shortest_path = 0.1
 
-    # After a spurious well: refit with the ridge penalty floored at these multiples of
-    # its scale, then without hidden nodes (a positive-definite quadratic has no well).
-    _tamer_min_alphas = (1e-3,)
+    # After a spurious well: refit with the ridge penalty floored 1000 times higher, then
+    # without hidden nodes (a positive-definite quadratic has no well).
+    _tamer_settings = ({"min_alpha": 1e-3}, {"n_hidden": 0})
 
     def _tamer_surrogates(self, chain: ChainState):
-        for settings in [{"min_alpha": a} for a in self._tamer_min_alphas] + [{"n_hidden": 0}]:
+        for settings in self._tamer_settings:
             try:
                 yield self._fit_surrogate(chain, **settings)
             except (np.linalg.LinAlgError, ValueError):
                 continue
 
-    def _warm_up_on_surrogate(self, chain: ChainState, chain_scale, check_wells: bool = True) -> bool:
+    def _warm_up_on_surrogate(
+        self, chain: ChainState, chain_scale, check_wells: bool = True
+    ) -> bool:
         if not super()._warm_up_on_surrogate(chain, chain_scale, check_wells):
             return False
         if self.correction != "hamiltonian":
