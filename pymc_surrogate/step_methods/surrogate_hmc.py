@@ -161,9 +161,9 @@ class SurrogateHMC(SurrogateStep):
     _path_target = 0.65
     _shortest_path = 0.1
 
-    # After a spurious well: refit with the ridge penalty floored 1000 times higher, then
-    # without hidden nodes (a positive-definite quadratic has no well).
-    _tamer_settings = ({"min_alpha": 1e-3}, {"n_hidden": 0})
+    # After a spurious well: refit with the ridge penalty floored at these fractions of its
+    # scale (cross-validation alone may take 1e-12).
+    _tamer_settings = ({"min_alpha": 1e-6}, {"min_alpha": 1e-3})
 
     def _tamer_surrogates(self, chain: ChainState):
         for settings in self._tamer_settings:

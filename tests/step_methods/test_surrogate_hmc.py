@@ -255,7 +255,7 @@ def test_a_surrogate_with_a_spurious_well_is_refitted_tamer():
     with gaussian_model(mean, cov):
         step = _WelledSurrogateHMC()
         idata = pm.sample(step=step, **SAMPLE)
-    assert {"min_alpha": 1e-3} in step.fit_settings
+    assert {"min_alpha": 1e-6} in step.fit_settings
     assert type(step.chain.surrogate).__name__ != "Welled", "the well drove the draws"
     assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
 
