@@ -63,16 +63,18 @@ EXACTNESS_STEPS: list[StepEntry] = STEPS + VARIANTS
 
 # ``"<test module stem>::<test name with its parameter id>"`` -> reason. See the module doc.
 KNOWN_BUGS: dict[str, str] = {
+    # slow test (not in CI). Gaussian tails beyond the surrogate's data: tail excursions are
+    # rare and then long, so tail frequencies scatter (the wells that made them low for
+    # every entry are gone, see docs/design.md).
+    "test_exactness::test_heavy_tails[SurrogateHMC[hamiltonian]]": (
+        "bug: Student-t(3) 2% tail indicator of one coordinate has ESS 99 of 10 000 draws "
+        "(frequency 0.0283 against 0.02, z = 0.5: one long excursion); the other coordinates "
+        "and the 20% tails pass"
+    ),
     # CI tests that began failing at their fixed seed after changes that alter the chains
     # only at rounding level (the one-pass least squares): a correct sampler fails one of
     # these about once in 1000 seeds, so failing at this one is a weakness on record, even
     # where other seeds pass.
-    "test_sampling_modes::test_several_vector_scalar_and_bounded_variables[SurrogateHMC]": (
-        "bug: tails under-visited in a finite run. At this seed the HalfNormal's bulk ESS is "
-        "47 (r_hat 1.034); seeds 1-4 and 6 pass, seed 5 has the Student-t(6) sd 4.3 MCSE low. "
-        "Over 16 seeds of a model with the same t(6) its sd's z averages -0.82 (NUTS, 40 seeds: "
-        "-0.12), none below -3"
-    ),
     "test_faults::test_bad_region_is_rejected[AdaptiveSurrogateHMC-nan-gradient]": (
         "slow mixing of x^2, not a bias: next to a region where logp is NaN the sd of x0 is "
         "4.8 MCSE low (0.722 against 0.794). The surrogate is exact in the whole run, and the "
