@@ -612,12 +612,12 @@ class SurrogateStep(ArrayStepShared):
         # behind a barrier rarely reach the chain's trajectories; a fit without hidden
         # nodes, tried as the last resort, lost the black-box banana's shape: ESS 800-2000
         # down to 36-315.)
-        original = chain.surrogate
+        original = chain.surrogate, chain.learner  # a learner continues its own fit's basis
         for simpler in self._tamer_surrogates(chain):
             chain.surrogate = simpler
             if self._warm_up_on_surrogate(chain, chain_scale):
                 return
-        chain.surrogate = original
+        chain.surrogate, chain.learner = original
         self._warm_up_on_surrogate(chain, chain_scale, check_wells=False)
 
     def _metric(self, scale: Whitening):

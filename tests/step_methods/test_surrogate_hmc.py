@@ -5,7 +5,8 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from pymc_surrogate import ModelEvaluationError, SurrogateHMC
+from pymc_surrogate import AdaptiveSurrogateHMC, ModelEvaluationError, SurrogateHMC
+from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from tests.conftest import assert_recovers, correlated_gaussian, gaussian_model
 
 SAMPLE = dict(draws=1000, tune=600, chains=2, cores=1, progressbar=False, random_seed=11)
@@ -222,6 +223,20 @@ def test_a_surrogate_that_stops_moving_the_chain_is_set_aside():
     assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
 
 
+class _Welled(RandomNetworkSurrogate):
+    """A fitted surrogate with a deep Gaussian well added (``well_centre``, ``well_scale``);
+    ``with_coefficients`` copies keep it."""
+
+    def value_and_grad(self, q):
+        value, grad = super().value_and_grad(q)
+        z = (q - self.well_centre) / self.well_scale
+        depth = 40.0 * np.exp(-0.5 * z @ z)
+        return value - depth, grad + depth * z / self.well_scale
+
+    def predict(self, positions):
+        return np.array([self.value_and_grad(q)[0] for q in np.atleast_2d(positions)])
+
+
 class _WelledSurrogateHMC(SurrogateHMC):
     """Every fit with the default settings (every fit, with ``always``) gets a deep well 3 sd
     from the mode, where the posterior has no mass."""
@@ -237,18 +252,10 @@ class _WelledSurrogateHMC(SurrogateHMC):
         if settings and not self.always:
             return surrogate
         sd = np.sqrt(np.diag(chain.whitening.covariance))
-        centre, field = chain.whitening.mean + 3.0 * sd, surrogate.value_and_grad
-
-        class Welled:
-            def value_and_grad(self, q):
-                value, grad = field(q)
-                z = (q - centre) / (1.5 * sd)
-                depth = 40.0 * np.exp(-0.5 * z @ z)
-                return value - depth, grad + depth * z / (1.5 * sd)
-
-        welled = Welled()
+        welled = object.__new__(_Welled)
         welled.__dict__.update(surrogate.__dict__)
-        welled.settings = settings
+        welled.well_centre, welled.well_scale = chain.whitening.mean + 3.0 * sd, 1.5 * sd
+        welled.settings, welled.learner = settings, chain.learner
         return welled
 
 
@@ -258,19 +265,28 @@ def test_a_surrogate_with_a_spurious_well_is_refitted_tamer():
         step = _WelledSurrogateHMC()
         idata = pm.sample(step=step, **SAMPLE)
     assert {"min_alpha": 1e-6} in step.fit_settings
-    assert type(step.chain.surrogate).__name__ != "Welled", "the well drove the draws"
+    assert not isinstance(step.chain.surrogate, _Welled), "the well drove the draws"
     assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
 
 
-def test_when_every_refit_has_a_well_the_first_fit_is_kept():
+class _WelledAdaptiveSurrogateHMC(_WelledSurrogateHMC, AdaptiveSurrogateHMC):
+    pass
+
+
+@pytest.mark.parametrize("cls", [_WelledSurrogateHMC, _WelledAdaptiveSurrogateHMC],
+                         ids=["SurrogateHMC", "AdaptiveSurrogateHMC"])
+def test_when_every_refit_has_a_well_the_first_fit_is_kept(cls):
+    """Which fit is kept, and with which learner. (The draws of a chain left with a planted
+    well are exact but mix slowly; that is the other tests' subject, not this one's.)"""
     mean, cov = correlated_gaussian(2, seed=5)
     with gaussian_model(mean, cov):
-        step = _WelledSurrogateHMC(always=True)
-        idata = pm.sample(step=step, **SAMPLE)
+        step = cls(always=True)
+        pm.sample(step=step, **{**SAMPLE, "draws": 200})
     assert {"min_alpha": 1e-3} in step.fit_settings
     # the default fit follows the data best; a tamer one with the same well is no better
     assert step.chain.surrogate.settings == {}
-    assert_recovers(idata, "x", mean, np.sqrt(np.diag(cov)))
+    # and an online learner continues that fit, not the last one tried
+    assert step.chain.learner is step.chain.surrogate.learner
 
 
 class _RecordingSurrogateHMC(SurrogateHMC):
