@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_surrogate.core.integrator import Metric, ValueAndGrad
 from pymc_surrogate.core.transitions import hmc_move
 
-__all__ = ["warm_up_on_surrogate"]
+__all__ = ["SurrogateWarmUp", "warm_up_on_surrogate"]
+
+
+class SurrogateWarmUp(NamedTuple):
+    """What a warm-up on the surrogate found."""
+
+    step_size: float  # dual-averaged after the adaptation phase
+    samples: np.ndarray  # (n_samples, d) draws of the surrogate density at that step size
+    potentials: np.ndarray  # (n_samples,) the surrogate's potential at each draw
 
 
 def warm_up_on_surrogate(
@@ -22,7 +32,7 @@ def warm_up_on_surrogate(
     n_adapt: int = 150,
     n_samples: int = 0,
     max_energy_error: float = 1000.0,
-) -> tuple[float, np.ndarray]:
+) -> SurrogateWarmUp:
     """HMC on the surrogate alone: dual-averaged step size, then optional draws.
 
     After a refit the old step size may be far off (a poor early surrogate drives it
@@ -33,15 +43,15 @@ def warm_up_on_surrogate(
 
     Returns
     -------
-    step_size : float
-        The dual-averaged step size after ``n_adapt`` iterations.
-    samples : ndarray of shape (n_samples, d)
-        Draws of the surrogate density with that step size (for a scale estimate).
+    SurrogateWarmUp
+        The step size, and ``n_samples`` draws of the surrogate density (for a scale
+        estimate) with their surrogate potentials.
     """
     adapt = DualAverageAdaptation(initial_step, target_accept, 0.05, 0.75, 10)
     q = np.asarray(q0, dtype=np.float64)
     potential, grad = value_and_grad(q)
     samples = np.empty((n_samples, q.size))
+    potentials = np.empty(n_samples)
     for i in range(n_adapt + n_samples):
         tuning = i < n_adapt
         move = hmc_move(q, potential, grad, value_and_grad, metric, adapt.current(tuning),
@@ -50,5 +60,5 @@ def warm_up_on_surrogate(
         if tuning:
             adapt.update(move.accept_prob, True)
         else:
-            samples[i - n_adapt] = q
-    return float(adapt.current(False)), samples
+            samples[i - n_adapt], potentials[i - n_adapt] = q, potential
+    return SurrogateWarmUp(float(adapt.current(False)), samples, potentials)

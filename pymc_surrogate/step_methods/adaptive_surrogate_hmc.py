@@ -80,11 +80,11 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
     def _keeps_training_data(self, chain: ChainState) -> bool:
         return not chain.frozen or self.adapt_in_draws
 
-    def _fit_surrogate(self, chain: ChainState, **settings):
-        surrogate = super()._fit_surrogate(chain, **settings)
+    def _use_surrogate(self, chain: ChainState, surrogate) -> None:
+        super()._use_surrogate(chain, surrogate)
+        # The online learner continues the batch fit it starts from, on that fit's basis.
         eq = surrogate.normal_equations_
         chain.learner = RecursiveLeastSquares(eq.gram, eq.rhs, eq.penalty, eq.column_scale)
-        return surrogate
 
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
         if chain.learner is None:

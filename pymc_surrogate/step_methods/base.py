@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from collections import deque
@@ -29,7 +30,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
 
-from pymc_surrogate.core.adaptation import warm_up_on_surrogate
+from pymc_surrogate.core.adaptation import SurrogateWarmUp, warm_up_on_surrogate
 from pymc_surrogate.core.transitions import (
     ChainPoint,
     TransitionInfo,
@@ -599,26 +600,14 @@ class SurrogateStep(ArrayStepShared):
             return
         if chain.surrogate is None:
             chain.surrogate_start = chain.iteration
-        chain.surrogate = surrogate
         chain.last_fit_iteration = chain.iteration + 1
         chain.accept_since_fit = []
         chain.recent_moves.clear()
         chain.paused = False
         chain.n_fits += 1
-        if self._warm_up_on_surrogate(chain, chain_scale):
-            return
-        # A spurious well (see _in_spurious_well): successively tamer fits; if every one
-        # has a well too, the first fit, which follows the data best, is kept. (Far wells
-        # behind a barrier rarely reach the chain's trajectories; a fit without hidden
-        # nodes, tried as the last resort, lost the black-box banana's shape: ESS 800-2000
-        # down to 36-315.)
-        original = chain.surrogate, chain.learner  # a learner continues its own fit's basis
-        for simpler in self._tamer_surrogates(chain):
-            chain.surrogate = simpler
-            if self._warm_up_on_surrogate(chain, chain_scale):
-                return
-        chain.surrogate, chain.learner = original
-        self._warm_up_on_surrogate(chain, chain_scale, check_wells=False)
+        surrogate, warm_up = self._without_spurious_well(chain, chain_scale, surrogate)
+        self._use_surrogate(chain, surrogate)
+        self._adapt_to_surrogate(chain, chain_scale, warm_up)
 
     def _metric(self, scale: Whitening):
         rng = self.rng.spawn(1)[0]
@@ -626,44 +615,51 @@ class SurrogateStep(ArrayStepShared):
             return QuadPotentialFull(scale.covariance, rng=rng)
         return QuadPotentialDiag(scale.covariance, rng=rng)
 
-    def _warm_up_on_surrogate(
-        self, chain: ChainState, chain_scale: Whitening, check_wells: bool = True
-    ) -> bool:
-        """Step size and mass matrix from HMC on the new surrogate: no model evaluation.
-
-        A chain that explored badly in tuning (a direction it barely moved in) leaves a
-        collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
-        re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
-        so a surrogate that is wrong far from the data cannot blow the metric up.
-
-        Returns False, changing nothing, when ``check_wells`` and the surrogate's own draws
-        fall into a spurious well (see ``_in_spurious_well``).
-        """
+    def _warm_up(self, chain: ChainState, chain_scale: Whitening, surrogate,
+                 initial_step: float, n_samples: int = 0) -> SurrogateWarmUp:
+        """HMC on ``surrogate`` alone with the chain's metric: no model evaluation."""
         start = chain.current.q if chain.current is not None else chain_scale.mean
-        field = self.context.field(chain.surrogate)
-        common = dict(
-            value_and_grad=field, q0=start,
-            target_accept=self.target_accept, path_length=self.path_length, rng=self.rng,
+        return warm_up_on_surrogate(
+            self.context.field(surrogate), start, chain.metric, initial_step,
+            self.target_accept, self.path_length, self.rng, n_samples=n_samples,
             max_energy_error=self.max_energy_error,
         )
-        step, samples = warm_up_on_surrogate(
-            metric=chain.metric, initial_step=chain.step_adapt.current(False),
-            n_samples=max(200, 4 * self.dim), **common
-        )
-        if check_wells and self._in_spurious_well(chain, field, samples):
-            return False
-        if np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim:
-            sampled = Whitening.from_samples(samples, dense=self.dense_mass)
-            ratio = np.clip(sampled.covariance / chain_scale.covariance, 1e-3, 1e3) if not self.dense_mass else None
-            if ratio is not None:
-                sampled = Whitening(sampled.mean, np.sqrt(chain_scale.covariance * ratio))
-            chain.metric = self._metric(sampled)
-            step, _ = warm_up_on_surrogate(metric=chain.metric, initial_step=step, **common)
-        chain.step_adapt = self._step_size_adaptation(step)
-        return True
 
-    def _in_spurious_well(self, chain: ChainState, field, samples: np.ndarray) -> bool:
-        """Whether the surrogate's own draws lie far below every potential ever evaluated.
+    def _without_spurious_well(
+        self, chain: ChainState, chain_scale: Whitening, fitted
+    ) -> tuple[Any, SurrogateWarmUp]:
+        """The new fit, or the first tamer refit whose own draws are not in a spurious well.
+
+        Each candidate is sampled (the warm-up's first phase, which the chosen one keeps);
+        if every one has a well, the first fit, which follows the data best, is kept: far
+        wells behind a barrier rarely reach the chain's trajectories, while a fit without
+        hidden nodes, tried as a last resort, lost the black-box banana's shape (ESS
+        800-2000 down to 36-315).
+        """
+        initial_step = chain.step_adapt.current(False)
+        n_samples = max(200, 4 * self.dim)
+        first = None
+        for candidate in itertools.chain([fitted], self._tamer_fits(chain)):
+            warm_up = self._warm_up(chain, chain_scale, candidate, initial_step, n_samples)
+            if not self._in_spurious_well(chain, warm_up.potentials):
+                return candidate, warm_up
+            first = first or (candidate, warm_up)
+        return first
+
+    def _tamer_fits(self, chain: ChainState):
+        """Successively less flexible fits to the same data (``_tamer_settings``)."""
+        for settings in self._tamer_settings:
+            try:
+                yield self._fit_surrogate(chain, **settings)
+            except (np.linalg.LinAlgError, ValueError):
+                continue
+
+    #: Settings for ``_fit_surrogate`` after a spurious well, tamest last.
+    _tamer_settings: tuple[dict, ...] = ()
+
+    def _in_spurious_well(self, chain: ChainState, potentials: np.ndarray) -> bool:
+        """Whether surrogate draws (their surrogate ``potentials``) lie far below every
+        potential ever evaluated.
 
         The lowest evaluated potential is within a few units of the true minimum (a climb
         to the mode, or an exploration of the typical set), and a faithful surrogate's
@@ -671,21 +667,40 @@ class SurrogateStep(ArrayStepShared):
         data: flexible fits with little regularisation make them (Student-t(3), d = 3,
         value-and-gradient fit with 500 nodes and a ridge of 1e-12 of its scale: a well
         15 below the mode, 4 sd from the nearest training point, held 99.9% of the
-        surrogate's mass).
-        The correction keeps the chain exact, but its proposals then head for the well
-        and are rejected, and the regions around go unvisited.
+        surrogate's mass). The correction keeps the chain exact, but its proposals then
+        head for the well and are rejected, and the regions around go unvisited.
         """
         floor = float(np.min(chain.training.potentials)) - (5.0 + 2.0 * np.sqrt(self.dim))
-        return any(field(q)[0] < floor for q in samples)
+        return bool(np.min(potentials, initial=np.inf) < floor)
 
-    def _tamer_surrogates(self, chain: ChainState):
-        """Hook: successively less flexible fits to the same data, after a spurious well."""
-        return iter(())
+    def _use_surrogate(self, chain: ChainState, surrogate) -> None:
+        """Make ``surrogate`` the chain's (subclasses reset what depends on it)."""
+        chain.surrogate = surrogate
+
+    def _adapt_to_surrogate(
+        self, chain: ChainState, chain_scale: Whitening, warm_up: SurrogateWarmUp
+    ) -> None:
+        """Mass matrix and step size from the surrogate's own draws: no model evaluation.
+
+        A chain that explored badly in tuning (a direction it barely moved in) leaves a
+        collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
+        re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
+        so a surrogate that is wrong far from the data cannot blow the metric up.
+        """
+        step, samples = warm_up.step_size, warm_up.samples
+        if np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim:
+            sampled = Whitening.from_samples(samples, dense=self.dense_mass)
+            ratio = np.clip(sampled.covariance / chain_scale.covariance, 1e-3, 1e3) if not self.dense_mass else None
+            if ratio is not None:
+                sampled = Whitening(sampled.mean, np.sqrt(chain_scale.covariance * ratio))
+            chain.metric = self._metric(sampled)
+            step = self._warm_up(chain, chain_scale, chain.surrogate, step).step_size
+        chain.step_adapt = self._step_size_adaptation(step)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         """Hook: called after every transition, in tune and in the draws."""
 
-    def _fit_surrogate(self, chain: ChainState):
+    def _fit_surrogate(self, chain: ChainState, **settings):
         raise NotImplementedError
 
     def _surrogate_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:

@@ -165,25 +165,14 @@ class SurrogateHMC(SurrogateStep):
     # scale (cross-validation alone may take 1e-12).
     _tamer_settings = ({"min_alpha": 1e-6}, {"min_alpha": 1e-3})
 
-    def _tamer_surrogates(self, chain: ChainState):
-        for settings in self._tamer_settings:
-            try:
-                yield self._fit_surrogate(chain, **settings)
-            except (np.linalg.LinAlgError, ValueError):
-                continue
-
-    def _warm_up_on_surrogate(
-        self, chain: ChainState, chain_scale, check_wells: bool = True
-    ) -> bool:
-        if not super()._warm_up_on_surrogate(chain, chain_scale, check_wells):
-            return False
+    def _use_surrogate(self, chain: ChainState, surrogate: RandomNetworkSurrogate) -> None:
+        super()._use_surrogate(chain, surrogate)
         if self.correction != "hamiltonian":
-            return True
+            return
         start = self.path_length
         if chain.frozen and chain.path_adapt is not None:  # the final fit, at the end of tuning
             start = self._trajectory_length(chain)
         chain.path_adapt = DualAverageAdaptation(start, self._path_target, 0.05, 0.75, 10)
-        return True
 
     def _trajectory_length(self, chain: ChainState) -> float:
         if chain.path_adapt is None:

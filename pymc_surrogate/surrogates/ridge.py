@@ -172,7 +172,10 @@ def solve_ridge(
         # (U^T y)^2 of the projected SVD, from the eigenpairs: (v^T R'^T y)^2 / s^2.
         uty2 = np.divide(vtr**2, vals, out=np.zeros_like(vals), where=vals > 0)
         outside = max(y_norm2 - float(uty2.sum()), 0.0)
-        grid = top * np.logspace(np.log10(min_alpha), 1, alpha_grid) if alpha is None else np.array([alpha])
+        if alpha is None:
+            grid = top * np.logspace(np.log10(min_alpha), 1, alpha_grid)
+        else:
+            grid = np.array([alpha])
         scores = []
         for a in grid:
             rss = outside + float(np.sum((a / (vals + a)) ** 2 * uty2))
