@@ -238,18 +238,19 @@ class _Welled(RandomNetworkSurrogate):
 
 
 class _WelledSurrogateHMC(SurrogateHMC):
-    """Every fit with the default settings (every fit, with ``always``) gets a deep well 3 sd
-    from the mode, where the posterior has no mass."""
+    """Records the settings of every fit, and plants a deep well 3 sd from the mode, where
+    the posterior has no mass, in the fits ``wells`` names: ``"default"`` (those with the
+    default settings), ``"all"`` or ``"none"``."""
 
-    def __init__(self, *args, always=False, **kwargs):
+    def __init__(self, *args, wells="default", **kwargs):
         super().__init__(*args, **kwargs)
-        self.always = always
+        self.wells = wells
         self.fit_settings = []
 
     def _fit_surrogate(self, chain, **settings):
         surrogate = super()._fit_surrogate(chain, **settings)
         self.fit_settings.append(settings)
-        if settings and not self.always:
+        if self.wells == "none" or (settings and self.wells == "default"):
             return surrogate
         sd = np.sqrt(np.diag(chain.whitening.covariance))
         welled = object.__new__(_Welled)
@@ -283,7 +284,7 @@ def test_when_every_refit_has_a_well_the_first_fit_is_kept(cls, settings):
     planted well are exact but mix slowly; that is the other tests' subject.)"""
     mean, cov = correlated_gaussian(2, seed=5)
     with gaussian_model(mean, cov):
-        step = cls(always=True, **settings)
+        step = cls(wells="all", **settings)
         pm.sample(step=step, **{**SAMPLE, "draws": 200})
     assert {"min_alpha": 1e-3} in step.fit_settings
     # the default fit follows the data best; a tamer one with the same well is no better
@@ -299,19 +300,9 @@ def test_when_every_refit_has_a_well_the_first_fit_is_kept(cls, settings):
                                       fitted - np.diag(np.diag(fitted)))
 
 
-class _RecordingSurrogateHMC(SurrogateHMC):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fit_settings = []
-
-    def _fit_surrogate(self, chain, **settings):
-        self.fit_settings.append(settings)
-        return super()._fit_surrogate(chain, **settings)
-
-
 def test_a_faithful_surrogate_is_not_refitted():
     mean, cov = correlated_gaussian(6)
     with gaussian_model(mean, cov):
-        step = _RecordingSurrogateHMC()
+        step = _WelledSurrogateHMC(wells="none")
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10})
     assert step.fit_settings and all(s == {} for s in step.fit_settings)

@@ -1,6 +1,10 @@
 import numpy as np
 
-from pymc_surrogate.surrogates.ridge import solve_partially_penalised_ridge
+from pymc_surrogate.surrogates.ridge import (
+    NormalEquations,
+    solve_partially_penalised_ridge,
+    solve_ridge,
+)
 
 
 def test_matches_the_normal_equations_for_a_fixed_penalty():
@@ -28,8 +32,6 @@ def test_gcv_prefers_little_penalty_for_noiseless_data_and_more_for_noise():
 
 
 def test_the_penalty_floor_bounds_what_gcv_may_choose():
-    from pymc_surrogate.surrogates.ridge import NormalEquations, solve_ridge
-
     rng = np.random.default_rng(2)
     design = np.hstack([np.ones((300, 1)), rng.standard_normal((300, 40))])
     equations = NormalEquations.from_design(design, design[:, 1:4] @ [1.0, -2.0, 0.5])
