@@ -40,6 +40,7 @@ from pymc_surrogate.core.transitions import (
 from pymc_surrogate.step_methods.block_context import BlockContext
 from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
 from pymc_surrogate.step_methods.training_set import TrainingSet
+from pymc_surrogate.surrogates.envelope import TailEnvelope, with_tail_envelope
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["SurrogateStep", "ChainState"]
@@ -59,6 +60,7 @@ class ChainState:
     current: ChainPoint | None = None
     current_key: bytes | None = None
     surrogate: Any = None
+    envelope: TailEnvelope | None = None  # heavy tails and well floor of the surrogate density
     whitening: Whitening | None = None
     frozen: bool = False
     iteration: int = 0
@@ -128,6 +130,7 @@ class SurrogateStep(ArrayStepShared):
         dense_mass: bool = False,
         explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0,
+        tail_weight: float = 0.05,
         use_gradient: bool | None = None,
         model=None,
         blocked: bool = True,
@@ -167,6 +170,10 @@ class SurrogateStep(ArrayStepShared):
         _check_open_unit("target_accept", target_accept)
         _check_positive("path_length", path_length)
         _check_positive("max_energy_error", max_energy_error)
+        if not (np.isscalar(tail_weight) and 0 <= tail_weight < 1):
+            raise ValueError(
+                f"tail_weight must lie in [0, 1) (0 turns the tail envelope off); got {tail_weight!r}."
+            )
         if explore_steps != "auto" and (
             not isinstance(explore_steps, int | np.integer) or explore_steps < 0
         ):
@@ -183,6 +190,7 @@ class SurrogateStep(ArrayStepShared):
         self.path_length = path_length
         self.dense_mass = dense_mass
         self.max_energy_error = max_energy_error
+        self.tail_weight = float(tail_weight)
         self.explore_steps = (
             self._default_explore_steps() if explore_steps == "auto" else int(explore_steps)
         )
@@ -615,12 +623,13 @@ class SurrogateStep(ArrayStepShared):
             return QuadPotentialFull(scale.covariance, rng=rng)
         return QuadPotentialDiag(scale.covariance, rng=rng)
 
-    def _warm_up(self, chain: ChainState, chain_scale: Whitening, surrogate,
+    def _warm_up(self, chain: ChainState, chain_scale: Whitening, field,
                  initial_step: float, n_samples: int = 0) -> SurrogateWarmUp:
-        """HMC on ``surrogate`` alone with the chain's metric: no model evaluation."""
+        """HMC on ``field`` (``q -> (U~, dU~/dq)``) alone with the chain's metric: no
+        model evaluation."""
         start = chain.current.q if chain.current is not None else chain_scale.mean
         return warm_up_on_surrogate(
-            self.context.field(surrogate), start, chain.metric, initial_step,
+            field, start, chain.metric, initial_step,
             self.target_accept, self.path_length, self.rng, n_samples=n_samples,
             max_energy_error=self.max_energy_error,
         )
@@ -640,7 +649,9 @@ class SurrogateStep(ArrayStepShared):
         n_samples = max(200, 4 * self.dim)
         first = None
         for candidate in itertools.chain([fitted], self._tamer_fits(chain)):
-            warm_up = self._warm_up(chain, chain_scale, candidate, initial_step, n_samples)
+            warm_up = self._warm_up(
+                chain, chain_scale, self.context.field(candidate), initial_step, n_samples
+            )
             if not self._in_spurious_well(chain, warm_up.potentials):
                 return candidate, warm_up
             first = first or (candidate, warm_up)
@@ -685,17 +696,32 @@ class SurrogateStep(ArrayStepShared):
         A chain that explored badly in tuning (a direction it barely moved in) leaves a
         collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
         re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
-        so a surrogate that is wrong far from the data cannot blow the metric up.
+        so a surrogate that is wrong far from the data cannot blow the metric up. The same
+        draws set the level of the tail envelope (``tail_weight``) and its well floor.
         """
         step, samples = warm_up.step_size, warm_up.samples
+        chain.envelope = None
         if np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim:
             sampled = Whitening.from_samples(samples, dense=self.dense_mass)
             ratio = np.clip(sampled.covariance / chain_scale.covariance, 1e-3, 1e3) if not self.dense_mass else None
             if ratio is not None:
                 sampled = Whitening(sampled.mean, np.sqrt(chain_scale.covariance * ratio))
             chain.metric = self._metric(sampled)
-            step = self._warm_up(chain, chain_scale, chain.surrogate, step).step_size
+            if self.tail_weight > 0:
+                chain.envelope = TailEnvelope.fit(
+                    chain.whitening, samples, warm_up.potentials,
+                    reach=chain.training.positions[chain.training.relevant(self._energy_window())],
+                    anchor=self.context.field(chain.surrogate)(chain.whitening.mean)[0],
+                    weight=self.tail_weight,
+                )
+            step = self._warm_up(chain, chain_scale, self._surrogate_field(chain), step).step_size
         chain.step_adapt = self._step_size_adaptation(step)
+
+    def _surrogate_field(self, chain: ChainState):
+        """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
+        current context, with its tail envelope."""
+        field = self.context.field(chain.surrogate)
+        return field if chain.envelope is None else with_tail_envelope(field, chain.envelope)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         """Hook: called after every transition, in tune and in the draws."""

@@ -80,6 +80,16 @@ class SurrogateHMC(SurrogateStep):
         ``max(300, 30 d)`` without.
     max_energy_error : float
         Energy variation that counts as a divergence (the trajectory is rejected).
+    tail_weight : float
+        Share of the trajectories' density given to a heavy-tailed envelope: a multivariate
+        Student-t(2) at the posterior's mean and scale, mixed into the surrogate density
+        (Hesterberg's defensive mixture). Past its training data the surrogate grows at
+        least quadratically, so on a posterior with heavier tails the chain would seldom
+        reach the tails and, once there, stay (``pi / pi~`` grows without bound there):
+        exact in the limit, too light in a run of a few thousand draws. The envelope bounds
+        that ratio by about ``1 / tail_weight`` out to twice the training data's reach. It
+        costs about ``tail_weight`` of the proposals on light-tailed posteriors; 0 turns it
+        off.
     use_gradient : bool, optional
         ``None`` uses the model's gradient when PyTensor can compute it; ``False`` treats
         the model as a black box.
@@ -187,7 +197,7 @@ class SurrogateHMC(SurrogateStep):
             return self._evaluate(chain, q, with_grad=with_grad)
 
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
-        field = self.context.field(chain.surrogate)
+        field = self._surrogate_field(chain)
         if self.correction == "hamiltonian":
             return surrogate_hmc_transition(
                 current, evaluate, field, chain.metric, step_size,
