@@ -20,8 +20,9 @@ with ``U_env`` a multivariate Student-t(2) at the posterior's mean and scale:
   Student-t (Hesterberg's defensive mixture); it holds ``weight`` of the surrogate's mass,
   but never tops the surrogate's density at the surrogate's own draws, so in the bulk the
   trajectories see the surrogate;
-* the floor ``U_env - depth`` fills wells: ``depth`` is as far as the surrogate falls below
-  the envelope at its own draws, plus the well check's margin.
+* the floor ``U_env - depth`` (a soft maximum, past the radius of the surrogate's draws)
+  fills wells: ``depth`` is as far as the surrogate falls below the envelope at its own
+  draws, plus the well check's margin.
 """
 
 from __future__ import annotations
@@ -93,10 +94,12 @@ class TailEnvelope:
         there. The envelope holds ``weight`` of the surrogate's mass, by an importance-
         sampling estimate of the surrogate's normalising constant, but its density never
         exceeds the surrogate's at any of the draws: in the bulk the trajectories see the
-        surrogate whatever the estimate's error. The wall sits at twice the largest
-        whitened radius of the points ``reach`` (the training data). ``anchor`` is the
-        surrogate's potential at ``scale.mean``: the envelope keeps its level relative to
-        it (see :func:`with_tail_envelope`).
+        surrogate whatever the estimate's error. Past the draws' largest whitened radius
+        the surrogate is floored at ``depth`` below the envelope: the largest gap at the
+        draws plus the well check's margin. The wall sits at twice the largest whitened
+        radius of the points ``reach`` (the training data). ``anchor`` is the surrogate's
+        potential at ``scale.mean``: the envelope keeps its level relative to it (see
+        :func:`with_tail_envelope`).
         """
         samples, potentials = np.atleast_2d(samples), np.asarray(potentials, dtype=float)
         unit = cls(scale, 0.0, nu, radius=np.inf)
@@ -110,10 +113,8 @@ class TailEnvelope:
                         + np.linalg.slogdet(unit._inv_chol)[1])
             offset = max(offset, -np.log(weight) - log_z - log_norm)
         radius = 2.0 * float(np.max(np.linalg.norm(scale.to_white(np.atleast_2d(reach)), axis=1)))
-        # How far the surrogate may fall below the envelope: as far as at its own draws,
-        # plus the well check's margin (SurrogateStep._in_spurious_well); and only past the
-        # draws' radius, where no draw says what the surrogate's gap to the envelope is
-        # (inside, it varies with the envelope's scale error: a d = 50, condition-1000
+        # Only past the draws' radius: inside, the gap to the envelope varies with the
+        # envelope's scale error by more than the margin (a d = 50, condition-1000
         # Gaussian's chain stalled with the floor applied everywhere).
         depth = float(np.max(offset + shape - potentials)) + 5.0 + 2.0 * np.sqrt(samples.shape[1])
         reach_of_draws = float(np.max(np.linalg.norm(scale.to_white(samples), axis=1)))
@@ -140,8 +141,9 @@ def _log_normalising_constant(samples: np.ndarray, potentials: np.ndarray) -> fl
     """``log Z`` of ``exp(-U)`` from its draws: ``E[g(x) exp(U(x))] = 1 / Z`` for a density
     ``g``, here a Gaussian fitted to the draws with its covariance shrunk by
     ``_REFERENCE_SHRINK`` so that ``g exp(U)`` stays bounded where the draws thin out (with
-    the posterior-scale Gaussian instead, the estimate was off by orders of magnitude on a
-    d = 20 PDE posterior). ``-inf`` when the draws are degenerate."""
+    the posterior-scale Gaussian as reference and no cap, the envelope took over the bulk of
+    the d = 20 PDE posterior and the chain stalled). ``-inf`` when the draws are
+    degenerate."""
     try:
         reference = scipy.stats.multivariate_normal(
             samples.mean(axis=0), _REFERENCE_SHRINK * np.cov(samples, rowvar=False)
