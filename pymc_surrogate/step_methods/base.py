@@ -130,7 +130,7 @@ class SurrogateStep(ArrayStepShared):
         dense_mass: bool = False,
         explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0,
-        tail_weight: float = 0.05,
+        tail_weight: float = 0.0,
         use_gradient: bool | None = None,
         model=None,
         blocked: bool = True,
