@@ -27,6 +27,21 @@ def _scale(dim, seed=0):
     return Whitening(rng.normal(size=dim), chol), chol
 
 
+def _fitted(field, scale, n_draws=400, reach=None):
+    """The envelope (weight 0.05) of ``field`` fitted from exact Gaussian draws at ``scale``
+    (the surrogate's own draws when ``field`` is that Gaussian); also returns the draws."""
+    samples = scale.from_white(np.random.default_rng(1).normal(size=(n_draws, scale.dim)))
+    potentials = np.array([field(q)[0] for q in samples])
+    envelope = TailEnvelope.fit(scale, samples, potentials,
+                                reach=samples if reach is None else reach,
+                                anchor=field(scale.mean)[0], weight=0.05)
+    return envelope, samples
+
+
+def _finite_difference_gradient(field, q, h=1e-6):
+    return np.array([(field(q + h * e)[0] - field(q - h * e)[0]) / (2 * h) for e in np.eye(q.size)])
+
+
 @pytest.mark.parametrize("dim", [1, 3, 12])
 def test_the_envelope_holds_its_weight_but_never_tops_the_surrogate_at_its_draws(dim):
     """Fitted from draws of an exact Gaussian surrogate with potentials offset by 1000 (an
@@ -35,13 +50,9 @@ def test_the_envelope_holds_its_weight_but_never_tops_the_surrogate_at_its_draws
     would top the surrogate's density at a draw, as at d = 3), never more."""
     scale, chol = _scale(dim)
     field = _gaussian(scale.mean, chol, offset=1000.0)
-    rng = np.random.default_rng(1)
-    samples = scale.from_white(rng.normal(size=(400, dim)))
-    potentials = np.array([field(q)[0] for q in samples])
-    envelope = TailEnvelope.fit(scale, samples, potentials, reach=samples,
-                                anchor=field(scale.mean)[0], weight=0.05)
-    log_ratio = potentials - np.array([envelope.value_and_grad(q)[0] for q in samples])
-    assert log_ratio.max() <= 1e-9
+    envelope, samples = _fitted(field, scale)
+    log_ratio = [field(q)[0] - envelope.value_and_grad(q)[0] for q in samples]
+    assert np.max(log_ratio) <= 1e-9
     # The envelope's mass by importance sampling from its own Student-t, below the wall.
     t = sps.multivariate_t(scale.mean, scale.covariance, df=envelope.nu, seed=2)
     draws = t.rvs(20_000).reshape(-1, dim)
@@ -56,10 +67,7 @@ def test_the_mixture_follows_the_surrogate_in_the_bulk_and_the_envelope_far_out(
     dim = 3
     scale, chol = _scale(dim)
     field = _gaussian(scale.mean, chol)
-    samples = scale.from_white(np.random.default_rng(1).normal(size=(400, dim)))
-    potentials = np.array([field(q)[0] for q in samples])
-    envelope = TailEnvelope.fit(scale, samples, potentials, reach=samples,
-                                   anchor=field(scale.mean)[0], weight=0.05)
+    envelope, _ = _fitted(field, scale)
     mixed = with_tail_envelope(field, envelope)
     centre = scale.mean
     assert field(centre)[0] - 0.1 < mixed(centre)[0] <= field(centre)[0]
@@ -77,26 +85,18 @@ def test_the_mixture_gradient_matches_finite_differences(white_point):
     dim = 3
     scale, chol = _scale(dim)
     field = _gaussian(scale.mean, chol)
-    samples = scale.from_white(np.random.default_rng(1).normal(size=(400, dim)))
-    potentials = np.array([field(q)[0] for q in samples])
-    envelope = TailEnvelope.fit(scale, samples, potentials, reach=samples,
-                                   anchor=field(scale.mean)[0], weight=0.05)
+    envelope, _ = _fitted(field, scale)
     mixed = with_tail_envelope(field, envelope)
     q = scale.from_white(np.array(white_point))
-    _, grad = mixed(q)
-    h = 1e-6
-    numeric = [(mixed(q + h * e)[0] - mixed(q - h * e)[0]) / (2 * h) for e in np.eye(dim)]
-    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mixed(q)[1], _finite_difference_gradient(mixed, q),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_a_surrogate_that_is_not_finite_falls_back_on_the_envelope():
     dim = 2
     scale, chol = _scale(dim)
     field = _gaussian(scale.mean, chol)
-    samples = scale.from_white(np.random.default_rng(1).normal(size=(200, dim)))
-    potentials = np.array([field(q)[0] for q in samples])
-    envelope = TailEnvelope.fit(scale, samples, potentials, reach=samples,
-                                   anchor=field(scale.mean)[0], weight=0.05)
+    envelope, _ = _fitted(field, scale, n_draws=200)
 
     def broken(q):
         return np.inf, np.full(dim, np.nan)
@@ -113,11 +113,8 @@ def test_a_student_t_posterior_keeps_a_bounded_weight_in_the_tails():
     scale = Whitening(np.zeros(dim), np.full(dim, np.sqrt(nu / (nu - 2))))
     chol = np.diag(scale.chol)
     field = _gaussian(scale.mean, chol)
-    samples = scale.from_white(np.random.default_rng(1).normal(size=(400, dim)))
-    potentials = np.array([field(q)[0] for q in samples])
-    reach = np.array([[15.0, 0.0, 0.0]])  # training data that far out: the wall is at 2x
-    envelope = TailEnvelope.fit(scale, samples, potentials, reach=reach,
-                                   anchor=field(scale.mean)[0], weight=0.05)
+    # training data 15 out: the wall is at twice that
+    envelope, _ = _fitted(field, scale, reach=np.array([[15.0, 0.0, 0.0]]))
     mixed = with_tail_envelope(field, envelope)
 
     def log_weight(q, surrogate):  # log pi / pi~ up to a constant, 0 at the mode
@@ -136,10 +133,7 @@ def test_the_envelope_follows_the_surrogate_level():
     dim = 2
     scale, chol = _scale(dim)
     field = _gaussian(scale.mean, chol)
-    samples = scale.from_white(np.random.default_rng(1).normal(size=(200, dim)))
-    potentials = np.array([field(q)[0] for q in samples])
-    envelope = TailEnvelope.fit(scale, samples, potentials, reach=samples,
-                                anchor=field(scale.mean)[0], weight=0.05)
+    envelope, _ = _fitted(field, scale, n_draws=200)
     raised = _gaussian(scale.mean, chol, offset=30.0)
     q = scale.from_white(np.array([6.0, 1.0]))
     assert with_tail_envelope(raised, envelope)(q)[0] == pytest.approx(
@@ -165,10 +159,7 @@ def test_a_spurious_well_beyond_the_draws_is_filled():
     plain = _gaussian(scale.mean, chol)
     centre = scale.from_white(np.array([6.0, 0.0, 0.0]))
     welled = _with_well(plain, centre)
-    samples = scale.from_white(np.random.default_rng(1).normal(size=(400, dim)))
-    potentials = np.array([welled(q)[0] for q in samples])
-    envelope = TailEnvelope.fit(scale, samples, potentials, reach=samples,
-                                anchor=welled(scale.mean)[0], weight=0.05)
+    envelope, samples = _fitted(welled, scale)  # the draws stay inside 6 sd
     mixed = with_tail_envelope(welled, envelope)
     floor = envelope.value_and_grad(centre)[0] - envelope.depth
     assert welled(centre)[0] < floor - 100.0
@@ -177,6 +168,5 @@ def test_a_spurious_well_beyond_the_draws_is_filled():
         assert welled(q)[0] - np.log(2) - 1e-9 <= mixed(q)[0] <= welled(q)[0]
     # smooth through the floor: the gradient matches finite differences on the well's rim
     rim = scale.from_white(np.array([5.0, 0.3, -0.2]))
-    h = 1e-6
-    numeric = [(mixed(rim + h * e)[0] - mixed(rim - h * e)[0]) / (2 * h) for e in np.eye(dim)]
-    np.testing.assert_allclose(mixed(rim)[1], numeric, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mixed(rim)[1], _finite_difference_gradient(mixed, rim),
+                               rtol=1e-5, atol=1e-5)
