@@ -27,18 +27,14 @@ with ``U_env`` a multivariate Student-t(2) at the posterior's mean and scale:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import scipy.stats
 from scipy.special import gammaln, logsumexp
 
+from pymc_surrogate.core.integrator import ValueAndGrad
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["TailEnvelope", "with_tail_envelope"]
-
-ValueAndGrad = Callable[[np.ndarray], tuple[float, np.ndarray]]
-
 
 class TailEnvelope:
     """Potential ``offset + (nu + d) / 2 log(1 + |z|^2 / nu)``, ``z = L^{-1} (q - mean)``
