@@ -711,7 +711,6 @@ class SurrogateStep(ArrayStepShared):
                 chain.envelope = TailEnvelope.fit(
                     chain.whitening, samples, warm_up.potentials,
                     reach=chain.training.positions[chain.training.relevant(self._energy_window())],
-                    anchor=self.context.field(chain.surrogate)(chain.whitening.mean)[0],
                     weight=self.tail_weight,
                 )
             step = self._warm_up(chain, chain_scale, self._surrogate_field(chain), step).step_size
