@@ -61,6 +61,7 @@ class ChainState:
     current_key: bytes | None = None
     surrogate: Any = None
     envelope: TailEnvelope | None = None  # heavy tails and well floor of the surrogate density
+    envelope_level: tuple | None = None  # (surrogate, context, level): TailEnvelope.level
     whitening: Whitening | None = None
     frozen: bool = False
     iteration: int = 0
@@ -172,7 +173,8 @@ class SurrogateStep(ArrayStepShared):
         _check_positive("max_energy_error", max_energy_error)
         if not (np.isscalar(tail_weight) and 0 <= tail_weight < 1):
             raise ValueError(
-                f"tail_weight must lie in [0, 1) (0 turns the tail envelope off); got {tail_weight!r}."
+                "tail_weight must lie in [0, 1) (0 turns the tail envelope off); "
+                f"got {tail_weight!r}."
             )
         if explore_steps != "auto" and (
             not isinstance(explore_steps, int | np.integer) or explore_steps < 0
@@ -681,8 +683,12 @@ class SurrogateStep(ArrayStepShared):
         surrogate's mass). The correction keeps the chain exact, but its proposals then
         head for the well and are rejected, and the regions around go unvisited.
         """
-        floor = float(np.min(chain.training.potentials)) - (5.0 + 2.0 * np.sqrt(self.dim))
+        floor = float(np.min(chain.training.potentials)) - self._well_margin()
         return bool(np.min(potentials, initial=np.inf) < floor)
+
+    def _well_margin(self) -> float:
+        """How far below what the data say a surrogate's draws may go before it is a well."""
+        return 5.0 + 2.0 * np.sqrt(self.dim)
 
     def _use_surrogate(self, chain: ChainState, surrogate) -> None:
         """Make ``surrogate`` the chain's (subclasses reset what depends on it)."""
@@ -700,7 +706,7 @@ class SurrogateStep(ArrayStepShared):
         draws set the level of the tail envelope (``tail_weight``) and its well floor.
         """
         step, samples = warm_up.step_size, warm_up.samples
-        chain.envelope = None
+        chain.envelope = chain.envelope_level = None
         if np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim:
             sampled = Whitening.from_samples(samples, dense=self.dense_mass)
             ratio = np.clip(sampled.covariance / chain_scale.covariance, 1e-3, 1e3) if not self.dense_mass else None
@@ -711,7 +717,7 @@ class SurrogateStep(ArrayStepShared):
                 chain.envelope = TailEnvelope.fit(
                     chain.whitening, samples, warm_up.potentials,
                     reach=chain.training.positions[chain.training.relevant(self._energy_window())],
-                    weight=self.tail_weight,
+                    well_margin=self._well_margin(), weight=self.tail_weight,
                 )
             step = self._warm_up(chain, chain_scale, self._surrogate_field(chain), step).step_size
         chain.step_adapt = self._step_size_adaptation(step)
@@ -720,7 +726,16 @@ class SurrogateStep(ArrayStepShared):
         """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
         current context, with its tail envelope."""
         field = self.context.field(chain.surrogate)
-        return field if chain.envelope is None else with_tail_envelope(field, chain.envelope)
+        if chain.envelope is None:
+            return field
+        # The envelope's level moves only with the surrogate (online weights) and the other
+        # blocks' values: measured again only then, not at every step.
+        context = self.context.values()
+        key = b"" if context is None else context.tobytes()
+        cached = chain.envelope_level
+        if cached is None or cached[0] is not chain.surrogate or cached[1] != key:
+            chain.envelope_level = (chain.surrogate, key, chain.envelope.level(field))
+        return with_tail_envelope(field, chain.envelope, chain.envelope_level[2])
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         """Hook: called after every transition, in tune and in the draws."""

@@ -36,6 +36,7 @@ from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["TailEnvelope", "with_tail_envelope"]
 
+
 class TailEnvelope:
     """Potential ``offset + (nu + d) / 2 log(1 + |z|^2 / nu)``, ``z = L^{-1} (q - mean)``
     (a Student-t's), with a wall beyond ``radius``.
@@ -62,18 +63,17 @@ class TailEnvelope:
     """
 
     def __init__(self, scale: Whitening, offset: float, nu: float, radius: float,
-                 reference_points: np.ndarray | None = None,
-                 reference_potentials: np.ndarray | None = None,
-                 depth: float = np.inf, floor_radius: float = 0.0):
+                 reference_points: np.ndarray, reference_potentials: np.ndarray,
+                 depth: float, floor_radius: float):
         self.scale = scale
         self.offset = float(offset)
         self.nu = float(nu)
         self.radius = float(radius)
-        self.reference_points = np.zeros((0, scale.mean.shape[0])) if reference_points is None else reference_points
-        self.reference_potentials = np.zeros(0) if reference_potentials is None else reference_potentials
+        self.reference_points = reference_points
+        self.reference_potentials = reference_potentials
         self.depth = float(depth)
         self.floor_radius = float(floor_radius)
-        self._exponent = 0.5 * (self.nu + scale.mean.shape[0])
+        self._exponent = 0.5 * (self.nu + scale.dim)
         self._inv_chol = scale.inverse_chol()
 
     @classmethod
@@ -83,6 +83,7 @@ class TailEnvelope:
         samples: np.ndarray,
         potentials: np.ndarray,
         reach: np.ndarray,
+        well_margin: float,
         weight: float = 0.05,
         nu: float = 2.0,
     ) -> TailEnvelope:
@@ -94,46 +95,65 @@ class TailEnvelope:
         exceeds the surrogate's at any of the draws: in the bulk the trajectories see the
         surrogate whatever the estimate's error. Past the draws' largest whitened radius
         the surrogate is floored at ``depth`` below the envelope: the largest gap at the
-        draws plus the well check's margin. The wall sits at twice the largest whitened
-        radius of the points ``reach`` (the training data). Twenty of the draws are kept as
-        references for the surrogate's level (see :func:`with_tail_envelope`).
+        draws plus ``well_margin``. The wall sits at twice the largest whitened radius of
+        the points ``reach`` (the training data). Twenty of the draws are kept as
+        references for the surrogate's level (see :meth:`level`).
         """
         samples, potentials = np.atleast_2d(samples), np.asarray(potentials, dtype=float)
-        unit = cls(scale, 0.0, nu, radius=np.inf)
-        shape = np.array([unit.value_and_grad(q)[0] for q in samples])
+        dim = scale.dim
+        white = scale.to_white(samples)
+        shape = 0.5 * (nu + dim) * np.log1p(np.sum(white**2, axis=1) / nu)
         offset = float(np.max(potentials - shape))  # equal to the surrogate at one draw
         log_z = _log_normalising_constant(samples, potentials)
         if np.isfinite(log_z):
-            dim = samples.shape[1]
-            log_norm = (gammaln(unit._exponent) - gammaln(0.5 * nu)
-                        - 0.5 * dim * np.log(nu * np.pi)
-                        + np.linalg.slogdet(unit._inv_chol)[1])
+            chol_diagonal = np.diag(scale.chol) if scale.dense else scale.chol
+            log_norm = (gammaln(0.5 * (nu + dim)) - gammaln(0.5 * nu)
+                        - 0.5 * dim * np.log(nu * np.pi) - np.sum(np.log(chol_diagonal)))
             offset = max(offset, -np.log(weight) - log_z - log_norm)
         radius = 2.0 * float(np.max(np.linalg.norm(scale.to_white(np.atleast_2d(reach)), axis=1)))
         # Only past the draws' radius: inside, the gap to the envelope varies with the
         # envelope's scale error by more than the margin (a d = 50, condition-1000
         # Gaussian's chain stalled with the floor applied everywhere).
-        depth = float(np.max(offset + shape - potentials)) + 5.0 + 2.0 * np.sqrt(samples.shape[1])
-        reach_of_draws = float(np.max(np.linalg.norm(scale.to_white(samples), axis=1)))
+        depth = float(np.max(offset + shape - potentials)) + well_margin
+        floor_radius = float(np.sqrt(np.max(np.sum(white**2, axis=1))))
         kept = np.linspace(0, len(samples) - 1, min(20, len(samples))).astype(int)
         return cls(scale, offset, nu, radius, samples[kept], potentials[kept], depth,
-                   reach_of_draws)
+                   floor_radius)
 
-    def beyond_floor_radius(self, q: np.ndarray) -> bool:
+    def level(self, value_and_grad: ValueAndGrad) -> float:
+        """How far the surrogate ``value_and_grad`` has moved since the envelope was set:
+        the median change of its potential at the reference draws.
+
+        In a compound step the other blocks' values, and in an adaptive surrogate the
+        online weights, shift the surrogate's level, and a fixed envelope would then hold
+        far more (or less) than its share of the mass. A median over draws, not the value at
+        one point: anchored at its centre, the envelope moved with an online update near
+        that point (PDE, AdaptiveSurrogateHMC, min ESS 123 where the median gives 1148).
+        """
+        changes = [value_and_grad(q)[0] - u
+                   for q, u in zip(self.reference_points, self.reference_potentials)]
+        level = float(np.median(changes)) if changes else 0.0
+        return level if np.isfinite(level) else 0.0
+
+    def _whiten(self, q: np.ndarray) -> tuple[np.ndarray, float]:
         z = self._inv_chol @ (q - self.scale.mean)
-        return bool(z @ z > self.floor_radius**2)
+        return z, float(z @ z)
+
+    def _value(self, r2: float) -> float:
+        value = self.offset + self._exponent * np.log1p(r2 / self.nu)
+        if r2 > self.radius**2:
+            value += 0.5 * (np.sqrt(r2) - self.radius) ** 2
+        return float(value)
+
+    def _grad(self, z: np.ndarray, r2: float) -> np.ndarray:
+        scale = 2.0 * self._exponent / (self.nu + r2)
+        if r2 > self.radius**2:
+            scale += 1.0 - self.radius / np.sqrt(r2)
+        return self._inv_chol.T @ (scale * z)
 
     def value_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
-        z = self._inv_chol @ (q - self.scale.mean)
-        r2 = float(z @ z)
-        value = self.offset + self._exponent * np.log1p(r2 / self.nu)
-        grad_z = (2.0 * self._exponent / (self.nu + r2)) * z
-        r = np.sqrt(r2)
-        if r > self.radius:
-            excess = r - self.radius
-            value += 0.5 * excess**2
-            grad_z = grad_z + (excess / r) * z
-        return float(value), self._inv_chol.T @ grad_z
+        z, r2 = self._whiten(q)
+        return self._value(r2), self._grad(z, r2)
 
 
 def _log_normalising_constant(samples: np.ndarray, potentials: np.ndarray) -> float:
@@ -155,36 +175,40 @@ def _log_normalising_constant(samples: np.ndarray, potentials: np.ndarray) -> fl
 
 _REFERENCE_SHRINK = 0.8
 
+# Where the surrogate lies this far below the envelope, the envelope's share of the mixture
+# is below e^-40 (1e-18): it is left out, value and gradient.
+_NEGLIGIBLE = 40.0
 
-def with_tail_envelope(value_and_grad: ValueAndGrad, envelope: TailEnvelope) -> ValueAndGrad:
-    """``q -> (U~, dU~/dq)`` of the mixture ``exp(-U_s) + exp(-U_env)``.
 
-    The envelope moves up and down with the surrogate's level: the median change of its
-    potential at the reference draws. In a compound step the other blocks' values, and in
-    an adaptive surrogate the online weights, shift that level, and a fixed envelope would
-    then hold far more (or less) than its share of the mass. (Anchored at one point, the
-    envelope's centre, it did: on the PDE, AdaptiveSurrogateHMC's min ESS fell to 123 at a
-    seed where the median gives 1232.)
+def with_tail_envelope(
+    value_and_grad: ValueAndGrad, envelope: TailEnvelope, level: float | None = None
+) -> ValueAndGrad:
+    """``q -> (U~, dU~/dq)`` of ``exp(-max(U_s, U_env - depth)) + exp(-U_env)``, the
+    envelope at the surrogate's current ``level`` (:meth:`TailEnvelope.level` when None).
+
+    The envelope's gradient is computed only where it counts: in the bulk a trajectory
+    pays one whitening and one logarithm a step on top of the surrogate.
     """
-    changes = [value_and_grad(q)[0] - u for q, u in
-               zip(envelope.reference_points, envelope.reference_potentials)]
-    level = float(np.median(changes)) if changes else 0.0
-    shift = level if np.isfinite(level) else 0.0
+    shift = envelope.level(value_and_grad) if level is None else level
+    floor_r2 = envelope.floor_radius**2
 
     def mixed(q: np.ndarray) -> tuple[float, np.ndarray]:
         u, grad = value_and_grad(q)
-        u_env, grad_env = envelope.value_and_grad(q)
-        u_env += shift
+        z, r2 = envelope._whiten(q)
+        u_env = envelope._value(r2) + shift
         if not np.isfinite(u):
-            return u_env, grad_env
-        floor = u_env - envelope.depth
-        if u < floor + 40.0 and envelope.beyond_floor_radius(q):  # soft max(u, floor)
+            return u_env, envelope._grad(z, r2)
+        floored = u < u_env - envelope.depth + _NEGLIGIBLE and r2 > floor_r2
+        if not floored and u < u_env - _NEGLIGIBLE:
+            return u, grad
+        grad_env = envelope._grad(z, r2)
+        if floored:  # a soft max(u, u_env - depth): fills spurious wells
+            floor = u_env - envelope.depth
             high = max(u, floor)
             a, b = np.exp(u - high), np.exp(floor - high)
             u, grad = high + float(np.log(a + b)), (a * grad + b * grad_env) / (a + b)
         low = min(u, u_env)
         a, b = np.exp(low - u), np.exp(low - u_env)
-        total = a + b
-        return low - float(np.log(total)), (a * grad + b * grad_env) / total
+        return low - float(np.log(a + b)), (a * grad + b * grad_env) / (a + b)
 
     return mixed

@@ -33,7 +33,8 @@ def _fitted(field, scale, n_draws=400, reach=None):
     samples = scale.from_white(np.random.default_rng(1).normal(size=(n_draws, scale.dim)))
     potentials = np.array([field(q)[0] for q in samples])
     envelope = TailEnvelope.fit(scale, samples, potentials,
-                                reach=samples if reach is None else reach, weight=0.05)
+                                reach=samples if reach is None else reach,
+                                well_margin=5.0 + 2.0 * np.sqrt(scale.dim), weight=0.05)
     return envelope, samples
 
 
