@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from contextlib import contextmanager
 
@@ -14,6 +15,11 @@ from pytensor.graph.op import Op
 from scipy import stats as sps
 
 
+#: The suite's seed. CI runs at the default; ``PYMC_SURROGATE_TEST_SEED=N`` reruns every
+#: seeded check at another seed, to see how often a tolerance fails (each moment check is
+#: set to fail a correct sampler with probability ``FAMILY_ALPHA``).
+SEED = int(os.environ.get("PYMC_SURROGATE_TEST_SEED", "20240"))
+
 #: Small, fast runs: the statistical power comes from MCSE-scaled tolerances, not size.
 SAMPLE = dict(
     draws=1000,
@@ -21,7 +27,7 @@ SAMPLE = dict(
     chains=2,
     cores=1,
     progressbar=False,
-    random_seed=20240,
+    random_seed=SEED,
     compute_convergence_checks=False,
 )
 
