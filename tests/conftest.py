@@ -1,4 +1,4 @@
-"""Shared fixtures: models with known posteriors, and moment checks from MCSE."""
+"""Shared fixtures: models with known posteriors (moment checks: ``tests.reliability.helpers``)."""
 
 import arviz as az
 from threadpoolctl import threadpool_limits
@@ -59,18 +59,6 @@ def gaussian_model(mean, cov, black_box=False):
         else:
             pm.MvNormal("x", mean, cov, initval=np.asarray(mean) + 0.5)
     return model
-
-
-def assert_recovers(idata, var, mean, sd, n_sigma=4.5):
-    """Means and sds within ``n_sigma`` Monte Carlo standard errors (ArviZ's mcse)."""
-    post = idata.posterior[var]
-    est_mean = post.mean(("chain", "draw")).values
-    est_sd = post.std(("chain", "draw")).values
-    mcse_mean = az.mcse(idata, var_names=[var], method="mean")[var].values
-    mcse_sd = az.mcse(idata, var_names=[var], method="sd")[var].values
-    assert np.all(np.abs(est_mean - mean) < n_sigma * mcse_mean), (est_mean - mean) / mcse_mean
-    assert np.all(np.abs(est_sd - sd) < n_sigma * mcse_sd), (est_sd - sd) / mcse_sd
-    assert float(az.rhat(idata, var_names=[var])[var].max()) < 1.02
 
 
 def pytest_collection_modifyitems(config, items):

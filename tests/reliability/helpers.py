@@ -65,10 +65,10 @@ RHAT_SCALE = 10.0
 def assert_moments(idata, var: str, mean, sd, family_alpha: float = FAMILY_ALPHA) -> None:
     """Posterior means and sds of ``var`` within MCSE-scaled tolerances; chains agree.
 
-    The same check as ``tests.conftest.assert_recovers`` (|error| < n_sigma * ArviZ mcse,
-    for means and sds), with ``n_sigma`` from a Bonferroni bound over the 2 * size
-    comparisons, and an R-hat limit that follows from the effective sample size instead of
-    a fixed 1.02 (which a correct sampler with ESS ~ 200 exceeds one time in twenty).
+    ``|error| < n_sigma * ArviZ mcse`` for means and sds, with ``n_sigma`` from a Bonferroni
+    bound over the ``2 * size`` comparisons, and an R-hat limit that follows from the
+    effective sample size instead of a fixed 1.02 (which a correct sampler with ESS ~ 200
+    exceeds one time in twenty). Every statistical test of the package uses this check.
     """
     import arviz as az
 
