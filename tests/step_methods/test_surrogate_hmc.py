@@ -324,25 +324,30 @@ def _student_t_fit(tail_weight):
 
 def test_trajectories_run_on_a_density_with_heavy_tails():
     """Student-t(3): far out the fitted surrogate is much too light (pi / pi~ of order
-    e^10 and more); the density the trajectories run on keeps pi / pi~ within a few units
-    of 1 / tail_weight (the envelope holds at most that share, and along an axis its t(2)
-    decays as r^-5 where a t(3) coordinate decays as r^-4), and above its well floor.
-    (Filling wells is checked in ``tests/surrogates/test_envelope.py``: whether this fit
-    has one depends on the seed.)"""
+    e^10 and more); inside the envelope's wall, the density the trajectories run on keeps
+    pi / pi~ within a few units of 1 / tail_weight (the envelope holds at most that share,
+    and along an axis its t(2) decays as r^-5 where a t(3) coordinate decays as r^-4), and
+    along the axes (where the t(3) is the heavier) above its well floor. (Filling wells is
+    checked in ``tests/surrogates/test_envelope.py``: whether this fit has one depends on
+    the seed.)"""
     nu, tail_weight = 3.0, 0.05
     step = _student_t_fit(tail_weight)
     bare, mixed = step.context.field(step.chain.surrogate), step._surrogate_field(step.chain)
+    envelope = step.chain.envelope
 
     def log_weight(q, field):  # log pi / pi~, 0 at the mode
         true = -np.sum((nu + 1) / 2 * np.log1p(q**2 / nu))
         return true + field(q)[0] - field(np.zeros(3))[0]
 
-    far = [sign * r * e for r in (20.0, 25.0) for e in np.eye(3) for sign in (1, -1)]
-    far += [np.array(x) for x in ([12.0, 12.0, 0], [0, -12.0, 12.0], [9.0, 9.0, 9.0])]
-    assert max(log_weight(q, bare) for q in far) > 10.0
-    assert max(log_weight(q, mixed) for q in far) < np.log(1 / tail_weight) + 4.0
-    depth = step.chain.envelope.depth
-    assert min(log_weight(q, mixed) for q in far) > -depth
+    def far(direction):  # half-way and nine tenths of the way to the wall
+        white = envelope.scale.to_white(direction[None])[0] - envelope.scale.to_white(np.zeros((1, 3)))[0]
+        return [frac * envelope.radius / np.linalg.norm(white) * direction for frac in (0.5, 0.9)]
+
+    axes = [q for e in np.eye(3) for sign in (1, -1) for q in far(sign * e)]
+    diagonals = [q for d in ([1.0, 1.0, 0], [0, -1.0, 1.0], [1.0, 1.0, 1.0]) for q in far(np.array(d))]
+    assert max(log_weight(q, bare) for q in axes + diagonals) > 10.0
+    assert max(log_weight(q, mixed) for q in axes + diagonals) < np.log(1 / tail_weight) + 4.0
+    assert min(log_weight(q, mixed) for q in axes) > -envelope.depth
 
 
 def test_tail_weight_zero_runs_on_the_bare_surrogate():
