@@ -15,14 +15,22 @@ def jittered_trajectory(
     max_steps: int = 256,
     shortest: float = 0.0,
 ) -> tuple[float, int]:
-    """Draw a step size within ``±step_jitter`` and a number of steps for the path.
+    """Draw a step size within ``±step_jitter`` and an integration time for the path.
 
-    The number of steps is uniform on ``{ceil(shortest L), ..., L}`` with
-    ``L = ceil(path_length / eps)``; ``shortest=0`` is the papers' codes' ``{1, ..., L}``.
-    Random lengths stop the periodic trajectories that make a fixed-length HMC
-    non-ergodic and, being independent of the state, keep it exact.
+    The integration time is uniform on ``[shortest, 1] * path_length``, but at least one
+    step; it is covered in ``n = ceil(time / eps)`` equal steps of ``time / n <= eps``
+    (at most ``max_steps``, which shortens the path, not the step). Random lengths stop
+    the periodic trajectories that make a fixed-length HMC non-ergodic and, being
+    independent of the state, keep it exact.
+
+    A continuous time rather than a whole number of steps of one size: at two or three
+    steps a path (near half a period of a Gaussian at step 1) came in two or three lengths,
+    the longest sending ``x`` to about ``-x``, so ``x^2`` mixed slowly and its MCSE came
+    out too small. On that kernel (2-d Gaussian, 300 000 draws), ESS of ``x`` / ``x^2``
+    103 000 / 74 000 with ``n`` uniform on ``{ceil(L / 2), ..., L}``, 181 000 / 124 000
+    with a continuous time, at the same mean number of steps.
     """
     eps = step_size * (1.0 + step_jitter * rng.uniform(-1.0, 1.0))
-    longest = int(min(max_steps, max(1, np.ceil(path_length / eps))))
-    fewest = int(min(longest, max(1, np.ceil(shortest * longest))))
-    return float(eps), int(rng.integers(fewest, longest + 1))
+    time = max(eps, path_length * rng.uniform(shortest, 1.0))
+    n_steps = int(min(max_steps, np.ceil(time / eps)))
+    return float(min(eps, time / n_steps)), n_steps

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 
-from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.metropolis import (
     accept_probability,
     hamiltonian,
@@ -32,12 +31,3 @@ def test_surrogate_transition_ratio_cancels_a_perfect_surrogate():
     # If the surrogate equals the potential up to a constant, every move is accepted.
     assert surrogate_transition_log_ratio(3.0, 5.0, 10.0, 12.0) == pytest.approx(0.0)
     assert surrogate_transition_log_ratio(3.0, np.nan, 10.0, 12.0) == -np.inf
-
-
-def test_jitter_bounds():
-    rng = np.random.default_rng(0)
-    draws = [jittered_trajectory(0.1, 1.0, rng) for _ in range(2000)]
-    eps = np.array([d[0] for d in draws])
-    steps = np.array([d[1] for d in draws])
-    assert eps.min() >= 0.08 and eps.max() <= 0.12
-    assert steps.min() == 1 and steps.max() <= 13

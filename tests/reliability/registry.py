@@ -79,22 +79,6 @@ KNOWN_BUGS: dict[str, str] = {
         "(frequency 0.0283 against 0.02, z = 0.5: one long excursion); the other coordinates "
         "and the 20% tails pass"
     ),
-    # CI tests that began failing at their fixed seed after changes that alter the chains
-    # only at rounding level (the one-pass least squares): a correct sampler fails one of
-    # these about once in 1000 seeds, so failing at this one is a weakness on record, even
-    # where other seeds pass.
-    "test_faults::test_bad_region_is_rejected[AdaptiveSurrogateHMC-nan-gradient]": (
-        "slow mixing of x^2, not a bias: next to a region where logp is NaN the sd of x0 is "
-        "4.8 MCSE low (0.722 against 0.794). The surrogate is exact in the whole run, and the "
-        "same kernel (exact Gaussian surrogate, step 1.0, 2-3 leapfrog steps: near a half "
-        "period, so x -> -x and x^2 barely moves) is exact over 300 000 draws (sd z = 1.8), "
-        "but over 100 runs of 2 x 1500 draws its MCSE-scaled sd errors reach -4.34: runs that "
-        "under-visit the tail also under-estimate their MCSE. Seeds 1-12 of the test: z(sd) "
-        "within +-2.4, mean -0.08"
-    ),
-    "test_faults::test_bad_region_is_rejected[AdaptiveSurrogateHMC--inf-gradient]": (
-        "bug: the same run as the NaN case (a -inf logp is rejected the same way)"
-    ),
 }
 
 

@@ -108,11 +108,15 @@ def pt_dot(a, b):
                          ids=["gradient", "black_box"])
 def test_banana_against_quadrature(exact_step, black_box):
     """sparse-grid-hmc §4.2: curved, non-Gaussian; the surrogate is only approximate here,
-    so the exact correction does real work. Reference moments by 1-d quadrature."""
+    so the exact correction does real work. Reference moments by 1-d quadrature.
+
+    The narrow curved ridge mixes slowly for any HMC: PyMC's NUTS gets a bulk-ESS of 30-101
+    from 2 x 1500 draws (seeds 5, 7, 9, 20240), below the suite's minimum of 100, so the run
+    is longer than the suite's default."""
     model, info = make_banana()
     with model:
         step = make_step_or_skip(exact_step, use_gradient=False) if black_box else exact_step()
-        idata = sample(step, tune=1000, draws=1500)
+        idata = sample(step, tune=1000, draws=4000)
     assert_healthy(idata)
     assert_moments(idata, "beta", info.ref_mean["beta"], info.ref_sd["beta"])
 
