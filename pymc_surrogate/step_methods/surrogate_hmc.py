@@ -82,16 +82,17 @@ class SurrogateHMC(SurrogateStep):
         Energy variation that counts as a divergence (the trajectory is rejected).
     tail_weight : float
         Share of the trajectories' density given to a heavy-tailed envelope (default 0:
-        off; try 0.05 for posteriors with polynomial tails). Past its training data the
+        off; experimental). Past its training data the
         surrogate can be far too light (a quadratic base) or have spurious wells, and either
         makes tail visits rare and long: exact in the limit, wrong in a run of a few
         thousand draws. With ``tail_weight > 0`` the trajectories run on the surrogate mixed
         with a multivariate Student-t(2) at the posterior's mean and scale, holding about
         that share of the mass but never topping the surrogate at its own draws, whose floor
-        also fills wells past those draws (``surrogates/envelope.py``). Measured: on a
-        Student-t(3) it brings the 2% tail from 0.004-0.060 to 0.008-0.028 (truth 0.02);
-        it is not the default because on two other models one seed in six got worse (see
-        ``docs/design.md``, "Tails and wells beyond the data").
+        also fills wells past those draws (``surrogates/envelope.py``). Measured on a
+        Student-t(3) (2% tail, truth 0.02, 8 seeds x 3 coordinates): mean 0.013 without,
+        0.014 with it, seed to seed 0.001-0.023; not a reliable fix, and on two other
+        models one seed in six got worse (``docs/design.md``, "Tails and wells beyond the
+        data").
     use_gradient : bool, optional
         ``None`` uses the model's gradient when PyTensor can compute it; ``False`` treats
         the model as a black box.
