@@ -81,6 +81,15 @@ KNOWN_BUGS: dict[str, str] = {
         "387, 332, 420, 320 (before the continuous integration time, 723ff76: 470, 382, 495, "
         "405, 511, 530, 410)"
     ),
+    # CI test failing at the suite's seed with statistics that look like chance: recorded,
+    # not a seed to change (docs/reliability.md, "Known bugs").
+    "test_faults::test_degenerate_data_right_or_flagged[AdaptiveSurrogateHMC-huge_location-black_box]": (
+        "chance at this seed, as far as measured: R-hat of x[0] 1.0112 against the limit "
+        "1.0106 (folded ESS 1013; (R-hat - 1) x ESS = 11.3). Over seeds 1-60 the same "
+        "statistic of both coordinates has median 0.95, 99% quantile 5.55, max 6.35, as the "
+        "chi-square law of the limit predicts (0.74, 6.56); all 60 seeds pass. Since the "
+        "continuous integration time (723ff76); it passed before"
+    ),
 }
 
 
