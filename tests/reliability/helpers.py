@@ -67,7 +67,7 @@ def rhat_limit(ess: np.ndarray, n_chains: int, n_comparisons: int,
     limit is that at the ``family_alpha / (2 n_comparisons)`` upper quantile (Bonferroni over
     the coordinates and the two statistics). For 2 chains at ``family_alpha = 1e-3`` and one
     coordinate it is ``1 + 9.8 / ESS``, as simulated for AR(1) chains of 1000 draws
-    (bulk-ESS 53 to 1969: ``1 + (8.7 ... 9.9) / ESS``); for 10 coordinates ``1 + 12.7 / ESS``.
+    (bulk-ESS 53 to 1969: ``1 + (8.7 ... 9.9) / ESS``); for 10 coordinates ``1 + 13.0 / ESS``.
     """
     m = 2 * n_chains
     ratio = sps.chi2(m - 1).isf(family_alpha / (2.0 * max(n_comparisons, 1))) / (m - 1)
