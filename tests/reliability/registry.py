@@ -66,11 +66,21 @@ EXACTNESS_STEPS: list[StepEntry] = STEPS + VARIANTS
 KNOWN_BUGS: dict[str, str] = {
     # slow tests (not in CI). Gaussian tails beyond the surrogate's data and wells that the
     # tamer refits do not remove: tail excursions are rare and then long, so tail
-    # frequencies scatter and come out low more often than high (docs/design.md).
+    # frequencies scatter and come out low more often than high (docs/design.md). The test
+    # pools 8 runs (16 chains x 2000 draws); figures are per coordinate.
+    "test_exactness::test_heavy_tails[SurrogateHMC]": (
+        "bug: long tail excursions make the chains disagree: R-hat of the 20% tail indicator "
+        "1.0068 against 1.0066 (2% tail: 0.0261 0.0159 0.0203, ESS 600 3794 3399 of 32 000). "
+        "Per run, 17 of 24 2% tails below 0.02, one at 0.0748; over seeds 1-8 (2 x 2000 "
+        "draws) mean 0.0134, 22 of 24 below 0.02"
+    ),
+    "test_exactness::test_heavy_tails[AdaptiveSurrogateHMC]": (
+        "bug: 2% tail 0.0184 0.0154 0.0118 (z = -0.55 -2.72 -6.08); 21 of 24 per-run tails "
+        "below 0.02"
+    ),
     "test_exactness::test_heavy_tails[SurrogateHMC[hamiltonian]]": (
-        "bug: Student-t(3) 2% tail indicator of one coordinate has ESS 99 of 10 000 draws "
-        "(frequency 0.0283 against 0.02, z = 0.5: one long excursion); the other coordinates "
-        "and the 20% tails pass"
+        "bug: R-hat of the 20% tail indicator 1.0088 against 1.0071; 2% tail indicator ESS "
+        "177 and 191 of 32 000 (one long excursion per coordinate: 0.0293 0.0317 0.0170)"
     ),
     "test_exactness::test_correlated_gaussian[SurrogateHMC[hamiltonian]-50-1000.0-1000]": (
         "bug: the trajectory length of the draws is the one tuning arrived at for the "

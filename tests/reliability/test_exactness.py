@@ -9,6 +9,7 @@ such as ``SurrogateHMC(correction="hamiltonian")``).
 
 from __future__ import annotations
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -18,6 +19,7 @@ from pymc_surrogate.models import make_banana
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.registry import accepts, init_parameters
 from tests.reliability.helpers import (
+    SEED,
     BlackBoxLogp,
     add_variable,
     assert_gaussian,
@@ -122,18 +124,29 @@ def test_banana_against_quadrature(exact_step, black_box):
 
 
 # ------------------------------------------------------------------ heavy tails
+#: Independent runs pooled by the heavy-tail test (each 2 chains x 2000 draws).
+HEAVY_TAIL_RUNS = 8
+
+
 @pytest.mark.slow
 def test_heavy_tails(exact_step):
     """Student-t(3), d = 3: the frequencies of the two-sided 20% and 2% tails.
 
     A surrogate with Gaussian tails proposes the far tail almost never (exact in the
     limit, but not in a run of this length), which moments of a t(3) barely show (its
-    sd's MCSE is huge); tail indicators do, with their own MCSE.
+    sd's MCSE is huge); tail indicators do, with their own MCSE. Pooled over
+    ``HEAVY_TAIL_RUNS`` runs at consecutive seeds (their chains side by side): in one run
+    the 2% tail indicator has so few effective draws that a tail a third too light passes
+    at most seeds (SurrogateHMC's 2% tail over 8 seeds x 3 coordinates: mean 0.0134, 22 of
+    24 below 0.02, and the single-run test passed at the suite's seed).
     """
     nu, dim = 3.0, 3
-    with pm.Model():
-        pm.StudentT("t", nu=nu, mu=0.0, sigma=1.0, shape=dim)
-        idata = sample(exact_step(), tune=1000, draws=5000)
+    runs = []
+    for offset in range(HEAVY_TAIL_RUNS):
+        with pm.Model():
+            pm.StudentT("t", nu=nu, mu=0.0, sigma=1.0, shape=dim)
+            runs.append(sample(exact_step(), tune=1000, draws=2000, random_seed=SEED + offset))
+    idata = az.concat(runs, dim="chain")
     assert_healthy(idata)
     x = idata.posterior["t"].values
     for prob in (0.2, 0.02):
