@@ -2,7 +2,8 @@
 
 Every tolerance is a multiple of ArviZ's Monte Carlo standard error (``az.mcse``), the
 multiple set by a Bonferroni bound over the comparisons a test makes (``helpers.n_sigma``,
-family-wise false-alarm rate 1e-3); R-hat < 1.02 on top. Runs once per entry of
+family-wise false-alarm rate 1e-3); R-hat below the limit its chi-square law sets at the
+check's ESS (``helpers.rhat_limit``) on top. Runs once per entry of
 ``registry.EXACTNESS_STEPS`` (every step method with its default settings, plus variants
 such as ``SurrogateHMC(correction="hamiltonian")``).
 """
@@ -126,6 +127,8 @@ def test_banana_against_quadrature(exact_step, black_box):
 # ------------------------------------------------------------------ heavy tails
 #: Independent runs pooled by the heavy-tail test (each 2 chains x 2000 draws).
 HEAVY_TAIL_RUNS = 8
+#: Degrees of freedom of the heavy-tailed posterior.
+HEAVY_TAIL_NU = 3.0
 
 
 @pytest.mark.slow
@@ -140,15 +143,37 @@ def test_heavy_tails(exact_step):
     at most seeds (SurrogateHMC's 2% tail over 8 seeds x 3 coordinates: mean 0.0134, 22 of
     24 below 0.02, and the single-run test passed at the suite's seed).
     """
-    nu, dim = 3.0, 3
+    idata = pooled_student_t_runs(exact_step)
+    assert_healthy(idata)
+    assert_tail_frequencies(idata)
+
+
+@pytest.mark.slow
+def test_heavy_tails_is_passable():
+    """The heavy-tail check is one a good sampler passes: PyMC's NUTS, same runs.
+
+    (PyMC's fixed-length ``HamiltonianMC`` fails it at the suite's seed: R-hat of the 2%
+    tail indicator 1.0082 against 1.0065, its ESS 2800-3900 against NUTS's 5400-7600.)
+    """
+    assert_tail_frequencies(pooled_student_t_runs(pm.NUTS))
+
+
+def pooled_student_t_runs(make_step):
+    """``HEAVY_TAIL_RUNS`` runs of ``make_step()`` on a Student-t(3), d = 3, at consecutive
+    seeds, their chains side by side."""
     runs = []
     for offset in range(HEAVY_TAIL_RUNS):
         with pm.Model():
-            pm.StudentT("t", nu=nu, mu=0.0, sigma=1.0, shape=dim)
-            runs.append(sample(exact_step(), tune=1000, draws=2000, random_seed=SEED + offset))
-    idata = az.concat(runs, dim="chain")
-    assert_healthy(idata)
+            pm.StudentT("t", nu=HEAVY_TAIL_NU, mu=0.0, sigma=1.0, shape=3)
+            runs.append(sample(make_step(), tune=1000, draws=2000, random_seed=SEED + offset))
+    return az.concat(runs, dim="chain")
+
+
+def assert_tail_frequencies(idata) -> None:
+    """The two-sided 20% and 2% tail frequencies of ``t`` against their MCSE."""
+    nu = HEAVY_TAIL_NU
     x = idata.posterior["t"].values
+    dim = x.shape[-1]
     for prob in (0.2, 0.02):
         name = f"tail_{prob:g}"
         add_variable(idata, name, (np.abs(x) > sps.t.isf(prob / 2, nu)).astype(float))
