@@ -82,15 +82,6 @@ KNOWN_BUGS: dict[str, str] = {
         "bug: R-hat of the 20% tail indicator 1.0088 against 1.0074; 2% tail indicator ESS "
         "177 and 191 of 32 000 (one long excursion per coordinate: 0.0293 0.0317 0.0170)"
     ),
-    "test_exactness::test_correlated_gaussian[SurrogateHMC[hamiltonian]-50-1000.0-1000]": (
-        "bug: the trajectory length of the draws is the one tuning arrived at for the "
-        "previous fit, and the final fit, made when tuning ends, is much better: one chain "
-        "runs 9.5 leapfrog steps a draw (about a third of the full path) at true acceptance "
-        "0.88 against the 0.65 the length was tuned for, and its min ESS is 5 (the other "
-        "chain 28 steps, 172). Min ESS of both chains over seeds 20240, 1-6: 44, 451, 444, "
-        "387, 332, 420, 320 (before the continuous integration time, 723ff76: 470, 382, 495, "
-        "405, 511, 530, 410)"
-    ),
     # CI test failing at the suite's seed with statistics that look like chance: recorded,
     # not a seed to change (docs/reliability.md, "Known bugs").
     "test_faults::test_degenerate_data_right_or_flagged[AdaptiveSurrogateHMC-huge_location-black_box]": (

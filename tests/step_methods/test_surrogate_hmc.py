@@ -25,6 +25,23 @@ def test_correlated_gaussian_with_gradient(correction):
     assert bool(stats.uses_surrogate.all())
 
 
+def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
+    """With ``correction="hamiltonian"`` the full trajectory length is tried on the final
+    fit when tuning ends, on transitions that are no draw: their model evaluations show
+    in ``total_model_evals`` and in no draw's ``model_evals``."""
+    mean, cov = correlated_gaussian(4, seed=6)
+    with gaussian_model(mean, cov):
+        idata = pm.sample(step=SurrogateHMC(correction="hamiltonian"), discard_tuned_samples=False,
+                          **{**SAMPLE, "draws": 100, "tune": 400})
+    last_tune = idata.warmup_sample_stats.total_model_evals.values[:, -1]
+    draws = idata.sample_stats
+    before_first_draw = draws.total_model_evals.values[:, 0] - draws.model_evals.values[:, 0]
+    # one evaluation a trial, none for a trajectory that diverges on the surrogate
+    trials = before_first_draw - last_tune
+    assert np.all((trials > 0) & (trials <= SurrogateHMC._full_length_trials)), trials
+    assert draws.model_evals.max() <= 1
+
+
 def test_black_box_gaussian_without_gradient():
     mean, cov = correlated_gaussian(4, seed=2)
     with gaussian_model(mean, cov, black_box=True):
