@@ -78,10 +78,6 @@ KNOWN_BUGS: dict[str, str] = {
         "bug: 2% tail 0.0184 0.0154 0.0118 (z = -0.55 -2.72 -6.08); 21 of 24 per-run tails "
         "below 0.02"
     ),
-    "test_exactness::test_heavy_tails[SurrogateHMC[hamiltonian]]": (
-        "bug: R-hat of the 20% tail indicator 1.0088 against 1.0074; 2% tail indicator ESS "
-        "177 and 191 of 32 000 (one long excursion per coordinate: 0.0293 0.0317 0.0170)"
-    ),
     # CI test failing at the suite's seed with statistics that look like chance: recorded,
     # not a seed to change (docs/reliability.md, "Known bugs").
     "test_faults::test_degenerate_data_right_or_flagged[AdaptiveSurrogateHMC-huge_location-black_box]": (
