@@ -67,9 +67,10 @@ class SurrogateHMC(SurrogateStep):
         Longest integration time of a trajectory, in units of the posterior scale (the
         mass matrix is the inverse tuning covariance); the integration time is drawn
         uniformly between half and all of ``path_length``, covered in equal steps no longer
-        than the step size jittered by ±20%. The default 2.8 (about 0.9 pi) makes successive draws of a
-        near-Gaussian posterior anti-correlated, so the effective sample size can exceed
-        the number of draws (as NUTS's does); exploration uses at most 1.5. With
+        than the step size jittered by ±20%. The default 2.8 (about 0.9 pi) makes
+        successive draws of a near-Gaussian posterior anti-correlated, so the effective
+        sample size can exceed the number of draws (as NUTS's does); exploration uses at
+        most 1.5. With
         ``correction="hamiltonian"`` this is the longest length: during tuning the length
         adapts (down to a tenth) so that the true acceptance, which falls with the distance
         travelled on an imperfect surrogate, reaches 0.65; when tuning ends, the draws get

@@ -42,6 +42,20 @@ def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
     assert draws.model_evals.max() <= 1
 
 
+@pytest.mark.parametrize("target, full_length", [(0.65, True), (0.999, False)])
+def test_hamiltonian_draws_get_the_full_length_only_if_it_holds_the_target(target, full_length):
+    """The full path is kept when the trials' mean true acceptance reaches the target (an
+    exact Gaussian's final fit: about 0.9), the tuned length otherwise."""
+    mean, cov = correlated_gaussian(3, seed=7)
+    with gaussian_model(mean, cov):
+        step = SurrogateHMC(correction="hamiltonian")
+        step._path_target = target
+        pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 400})
+    tuned = step._trajectory_length(step.chain) < step.path_length
+    assert (step.chain.path_adapt is None) is full_length
+    assert tuned is not full_length
+
+
 def test_black_box_gaussian_without_gradient():
     mean, cov = correlated_gaussian(4, seed=2)
     with gaussian_model(mean, cov, black_box=True):
