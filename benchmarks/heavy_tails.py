@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         ess = az.ess(dataset)["tail"].values
         rhat = az.rhat(dataset)["tail"].values
         freq = indicator.mean(axis=(0, 1))
-        z = (freq - prob) / np.sqrt(prob * (1 - prob) / ess)
+        z = (freq - prob) / az.mcse(dataset, method="mean")["tail"].values  # as the check
         per_run = indicator.reshape(HEAVY_TAIL_RUNS, -1, indicator.shape[-1]).mean(axis=1)
         print(f"  {prob:g} tail: {np.round(freq, 4)}  z {np.round(z, 2)}  ESS {np.round(ess)}  "
               f"R-hat {np.round(rhat, 4)}  runs below {int(np.sum(per_run < prob))} / {per_run.size}")

@@ -70,13 +70,12 @@ class SurrogateHMC(SurrogateStep):
         than the step size jittered by ±20%. The default 2.8 (about 0.9 pi) makes
         successive draws of a near-Gaussian posterior anti-correlated, so the effective
         sample size can exceed the number of draws (as NUTS's does); exploration uses at
-        most 1.5. With
-        ``correction="hamiltonian"`` this is the longest length: during tuning the length
-        adapts (down to a tenth) so that the true acceptance, which falls with the distance
-        travelled on an imperfect surrogate, reaches 0.65; when tuning ends, the draws get
-        the full length if the final fit holds that acceptance on it, tried over 50
-        transitions that are no draws (50 model evaluations a chain, counted in
-        ``total_model_evals``).
+        most 1.5. With ``correction="hamiltonian"`` this is the longest length: during
+        tuning the length adapts (down to a tenth) so that the true acceptance, which falls
+        with the distance travelled on an imperfect surrogate, reaches 0.65; when tuning
+        ends, the draws get the full length if the final fit holds that acceptance on it,
+        tried over 50 transitions that are no draws (50 model evaluations a chain, counted
+        in ``total_model_evals``).
     dense_mass : bool
         Dense mass matrix (and trajectories) instead of diagonal.
     explore_steps : int or "auto"
@@ -173,7 +172,7 @@ class SurrogateHMC(SurrogateStep):
     # travels on an imperfect surrogate, not with the step size (which adapts to the
     # integration error alone). So the path length adapts to the true acceptance, by dual
     # averaging toward _path_target, between _shortest_path and all of path_length. It
-    # restarts from the longest path after every refit in tuning. The final fit, made when
+    # restarts from the longest path after every refit. The final fit, made when
     # tuning ends, is often much better than the one before, whose length then cut the
     # draws' trajectories short (d = 50, condition 1000: a third of the path at true
     # acceptance 0.88, min ESS 44): stop_tuning tries the full path on it.
@@ -187,27 +186,29 @@ class SurrogateHMC(SurrogateStep):
 
     def _use_surrogate(self, chain: ChainState, surrogate: RandomNetworkSurrogate) -> None:
         super()._use_surrogate(chain, surrogate)
-        if self.correction != "hamiltonian":
-            return
-        start = self.path_length
-        if chain.frozen and chain.path_adapt is not None:  # the final fit, at the end of tuning
-            start = self._trajectory_length(chain)
-        chain.path_adapt = DualAverageAdaptation(start, self._path_target, 0.05, 0.75, 10)
+        if self.correction == "hamiltonian":
+            chain.path_adapt = self._length_adaptation(self.path_length)
+
+    def _length_adaptation(self, start: float) -> DualAverageAdaptation:
+        return DualAverageAdaptation(start, self._path_target, 0.05, 0.75, 10)
 
     def stop_tuning(self):
-        final_fit = not self.chain.frozen
-        super().stop_tuning()
-        if final_fit and self.correction == "hamiltonian" and self.chain.path_adapt is not None:
-            self._try_full_length(self.chain)
+        chain = self.chain
+        if chain.frozen or self.correction != "hamiltonian" or chain.path_adapt is None:
+            super().stop_tuning()
+            return
+        tuned = self._clip_length(chain.path_adapt.current(False))  # what tuning arrived at
+        super().stop_tuning()  # the final fit: the length restarts at the full path
+        self._choose_draw_length(chain, tuned)
 
-    def _try_full_length(self, chain: ChainState) -> None:
-        """Give the draws the full path if the final fit holds the target acceptance on it.
+    def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
+        """The full path for the draws if the final fit holds the target acceptance on it,
+        else ``tuned``, the length tuning arrived at for the fit before.
 
         Runs ``_full_length_trials`` corrected transitions at the full path from where
         tuning left the chain, one model evaluation each (counted in ``total_model_evals``,
-        in no draw's ``model_evals``); if their mean true acceptance reaches
-        ``_path_target`` the draws use the full path, otherwise the length tuning arrived
-        at. The draws start from the state tuning left (exact: nothing adapts in them).
+        in no draw's ``model_evals``); the draws then start from that same state (exact:
+        nothing adapts in them).
 
         A mean over these transitions, not dual averaging on them: fifty acceptances,
         mostly 0 or near 1, left a dual-averaged length at a third of the path for one
@@ -215,23 +216,23 @@ class SurrogateHMC(SurrogateStep):
         """
         if chain.current is None:
             return
-        tuned = chain.path_adapt
         chain.path_adapt = None  # _trajectory_length: the full path
         current = start = self._current_point(chain, chain.current.q)
-        accept = []
-        for _ in range(self._full_length_trials):
+        accept = np.empty(self._full_length_trials)
+        for i in range(self._full_length_trials):
             info = self._surrogate_step(chain, current)
-            accept.append(info.accept_prob)
-            current = info.point
-        if np.mean(accept) < self._path_target:
-            chain.path_adapt = tuned
+            accept[i], current = info.accept_prob, info.point
+        if accept.mean() < self._path_target:
+            chain.path_adapt = self._length_adaptation(tuned)  # never updated: fixed
         chain.current, chain.current_key = start, self._key(start.q)
+
+    def _clip_length(self, length: float) -> float:
+        return float(np.clip(length, self._shortest_path * self.path_length, self.path_length))
 
     def _trajectory_length(self, chain: ChainState) -> float:
         if chain.path_adapt is None:
             return self.path_length
-        length = chain.path_adapt.current(self.tune and not chain.frozen)
-        return float(np.clip(length, self._shortest_path * self.path_length, self.path_length))
+        return self._clip_length(chain.path_adapt.current(self.tune and not chain.frozen))
 
     def _surrogate_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
         with_grad = self.has_gradient and not chain.frozen
