@@ -9,7 +9,7 @@ them as training data.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -30,6 +30,8 @@ __all__ = [
     "surrogate_hmc_transition",
     "surrogate_transition",
     "differential_evolution_transition",
+    "independence_transition",
+    "IndependenceProposal",
     "hmc_move",
     "HMCMove",
 ]
@@ -45,6 +47,14 @@ class ChainPoint(NamedTuple):
 
 # q -> ChainPoint at q, from the true model (counted and recorded by the caller).
 Evaluate = Callable[[np.ndarray], ChainPoint]
+
+
+class IndependenceProposal(Protocol):
+    """A fixed proposal density ``g``: draws, and ``log g`` up to a constant."""
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray: ...
+
+    def log_density(self, q: np.ndarray) -> float: ...
 
 
 class TransitionInfo(NamedTuple):
@@ -271,3 +281,22 @@ def differential_evolution_transition(
     accepted, prob = metropolis_accept(-error, rng)
     point = proposal if accepted else current
     return TransitionInfo(point, accepted, prob, prob, False, point.potential, error, np.nan, 0, scale)
+
+
+def independence_transition(
+    current: ChainPoint,
+    evaluate: Evaluate,
+    proposal: IndependenceProposal,
+    rng: np.random.Generator,
+) -> TransitionInfo:
+    """Independence Metropolis-Hastings: ``y ~ g`` whatever the current state, accepted
+    with ``min(1, w(y) / w(x))``, ``w = exp(-U) / g`` (``core/tail_jumps.py``)."""
+    candidate = evaluate(proposal.draw(rng))
+    log_ratio = _nan_to_inf(candidate.potential + float(proposal.log_density(candidate.q))) - (
+        current.potential + float(proposal.log_density(current.q))
+    )
+    accepted, prob = metropolis_accept(-log_ratio, rng)
+    point = candidate if accepted else current
+    return TransitionInfo(
+        point, accepted, prob, prob, False, point.potential, log_ratio, np.nan, 0, np.nan
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import warnings
 from collections import deque
@@ -31,11 +32,13 @@ from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
 
 from pymc_surrogate.core.adaptation import SurrogateWarmUp, warm_up_on_surrogate
+from pymc_surrogate.core.tail_jumps import CauchyJumps, TailJumpCheck, assess_tail_jumps
 from pymc_surrogate.core.transitions import (
     ChainPoint,
     TransitionInfo,
     differential_evolution_transition,
     exact_hmc_transition,
+    independence_transition,
 )
 from pymc_surrogate.step_methods.block_context import BlockContext
 from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
@@ -44,6 +47,8 @@ from pymc_surrogate.surrogates.envelope import TailEnvelope, with_tail_envelope
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["SurrogateStep", "ChainState"]
+
+_log = logging.getLogger("pymc")
 
 
 @dataclass
@@ -57,6 +62,7 @@ class ChainState:
     explore_adapt: DualAverageAdaptation
     path_adapt: DualAverageAdaptation | None = None  # trajectory length, on the true acceptance
     positions: list = field(default_factory=list)  # chain states during tune (for scale)
+    position_potentials: list = field(default_factory=list)  # their true potentials
     current: ChainPoint | None = None
     current_key: bytes | None = None
     surrogate: Any = None
@@ -80,6 +86,9 @@ class ChainState:
     learner: Any = None  # online learner of adaptive surrogates
     n_adaptations: int = 0
     surrogate_start: int = 0  # iteration of the first fit
+    tail_jumps: CauchyJumps | None = None  # draws: independence proposals for the tails
+    tail_jump_probability: float = 0.0
+    tail_jump_check: TailJumpCheck | None = None
 
 
 @dataclass_state
@@ -115,6 +124,7 @@ class SurrogateStep(ArrayStepShared):
         "total_gradient_evals": (np.int64, []),
         "training_size": (np.int64, []),
         "uses_surrogate": (bool, []),
+        "tail_jump": (bool, []),
         "surrogate_fits": (np.int64, []),
         "diverging_total": (np.int64, []),
         "perf_counter_diff": (np.float64, []),
@@ -132,6 +142,7 @@ class SurrogateStep(ArrayStepShared):
         explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0,
         tail_weight: float = 0.0,
+        tail_jumps: float | str = "auto",
         use_gradient: bool | None = None,
         model=None,
         blocked: bool = True,
@@ -176,6 +187,11 @@ class SurrogateStep(ArrayStepShared):
                 "tail_weight must lie in [0, 1) (0 turns the tail envelope off); "
                 f"got {tail_weight!r}."
             )
+        if tail_jumps != "auto" and not (np.isscalar(tail_jumps) and 0 <= tail_jumps < 1):
+            raise ValueError(
+                "tail_jumps must be 'auto' or a probability in [0, 1) (0 turns them off); "
+                f"got {tail_jumps!r}."
+            )
         if explore_steps != "auto" and (
             not isinstance(explore_steps, int | np.integer) or explore_steps < 0
         ):
@@ -193,6 +209,7 @@ class SurrogateStep(ArrayStepShared):
         self.dense_mass = dense_mass
         self.max_energy_error = max_energy_error
         self.tail_weight = float(tail_weight)
+        self.tail_jumps = tail_jumps if tail_jumps == "auto" else float(tail_jumps)
         self.explore_steps = (
             self._default_explore_steps() if explore_steps == "auto" else int(explore_steps)
         )
@@ -280,6 +297,66 @@ class SurrogateStep(ArrayStepShared):
                 UserWarning,
                 stacklevel=2,
             )
+        if chain.surrogate is not None:
+            self._choose_tail_jumps(chain)
+
+    # Tail jumps (core/tail_jumps.py): with tail_jumps="auto", a chain whose posterior has
+    # tails its tuning barely explored gets _tail_jump_probability of its draws as
+    # independence proposals, decided on _tail_jump_trials true evaluations when tuning
+    # ends. They are tried only if the surrogate expects them to be accepted at least
+    # _tail_jump_prescreen of the time (no model evaluation: on the PDE and in d >= 20 they
+    # are not, and the trials are skipped).
+    _tail_jump_probability = 0.2
+    _tail_jump_trials = 30
+    _tail_jump_prescreen = 0.02
+
+    def _choose_tail_jumps(self, chain: ChainState) -> None:
+        """Set the draws' share of tail jumps (``tail_jumps``): fixed, or measured.
+
+        The trials are model evaluations after the final fit (in ``total_model_evals``,
+        in no draw's ``model_evals``) that do not move the chain. A model that raises at
+        one of them (a solver that fails far from the data) gets no jumps: the draws would
+        meet such points too.
+        """
+        states = np.array(chain.positions[len(chain.positions) // 2 :])
+        if self.tail_jumps == 0 or len(states) <= self.dim:
+            return
+        chain.tail_jumps = CauchyJumps(chain.whitening)
+        if self.tail_jumps != "auto":
+            chain.tail_jump_probability = self.tail_jumps
+            return
+        potentials = np.array(chain.position_potentials[len(chain.positions) // 2 :])
+        proposals = chain.tail_jumps.draw(self.rng, size=self._tail_jump_trials)
+        field = self._surrogate_field(chain)
+        thinned = states[:: max(1, len(states) // 200)]
+        expected = assess_tail_jumps(
+            chain.tail_jumps, thinned, [field(q)[0] for q in thinned],
+            proposals, [field(q)[0] for q in proposals],
+        ).acceptance
+        if expected < self._tail_jump_prescreen:
+            return
+        try:
+            values = [self._evaluate(chain, q, with_grad=False).potential for q in proposals]
+        except ModelEvaluationError:
+            return
+        chain.tail_jump_check = check = assess_tail_jumps(
+            chain.tail_jumps, states, potentials, proposals, values
+        )
+        if check.worthwhile:
+            chain.tail_jump_probability = self._tail_jump_probability
+            _log.info(
+                f"{type(self).__name__}: heavy tails (posterior mass {check.mass_beyond:.1g} "
+                "beyond 1.5 times the farthest tuning state); "
+                f"{self._tail_jump_probability:.0%} of the draws are tail jumps (stat "
+                f"`tail_jump`), accepted about {check.acceptance:.0%} of the time."
+            )
+
+    def _jumps_now(self, chain: ChainState) -> bool:
+        return (
+            chain.frozen
+            and chain.tail_jump_probability > 0
+            and self.rng.uniform() < chain.tail_jump_probability
+        )
 
     # A surrogate that moves the chain in fewer than _stuck_acceptance of the last
     # _stuck_window steps sends its proposals where the posterior is not (seen on the
@@ -309,7 +386,13 @@ class SurrogateStep(ArrayStepShared):
         current = self._current_point(chain, q)
 
         exploring = self._explores_now(chain)
-        if exploring:
+        jumping = not exploring and self._jumps_now(chain)
+        if jumping:
+            info = independence_transition(
+                current, lambda q: self._evaluate(chain, q, with_grad=False),
+                chain.tail_jumps, self.rng,
+            )
+        elif exploring:
             info = self._explore_step(chain, current)
         else:
             info = self._surrogate_step(chain, current)
@@ -327,6 +410,7 @@ class SurrogateStep(ArrayStepShared):
             if chain.surrogate is None and self.has_gradient:
                 chain.metric.update(info.point.q, info.point.grad, True)
             chain.positions.append(info.point.q)
+            chain.position_potentials.append(info.point.potential)
             self._after_tune_iteration(chain, info)
         self._after_iteration(chain, info)
         chain.iteration += 1
@@ -357,7 +441,8 @@ class SurrogateStep(ArrayStepShared):
             "total_model_evals": chain.total_logp_evals,
             "total_gradient_evals": chain.total_grad_evals,
             "training_size": len(chain.training),
-            "uses_surrogate": not exploring,
+            "uses_surrogate": not (exploring or jumping),
+            "tail_jump": jumping,
             "surrogate_fits": chain.n_fits,
             "diverging_total": chain.draw_divergences,
             "perf_counter_diff": time.perf_counter() - start,
