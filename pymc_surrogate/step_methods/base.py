@@ -346,7 +346,7 @@ class SurrogateStep(ArrayStepShared):
             chain.tail_jump_probability = self._tail_jump_probability
             _log.info(
                 f"{type(self).__name__}: heavy tails (posterior mass {check.mass_beyond:.1g} "
-                "beyond 1.5 times the farthest tuning state); "
+                "beyond twice the farthest tuning state); "
                 f"{self._tail_jump_probability:.0%} of the draws are tail jumps (stat "
                 f"`tail_jump`), accepted about {check.acceptance:.0%} of the time."
             )

@@ -57,37 +57,15 @@ STEPS: list[StepEntry] = [StepEntry(name, cls) for name, cls in STEP_METHODS.ite
 VARIANTS: list[StepEntry] = [
     StepEntry("SurrogateHMC[hamiltonian]", SurrogateHMC, {"correction": "hamiltonian"}),
     StepEntry("SurrogateHMC[tail_envelope]", SurrogateHMC, {"tail_weight": 0.05}),
+    # Tail jumps in every draw's mixture, not only where the heavy-tail check asks for them
+    StepEntry("SurrogateHMC[tail_jumps]", SurrogateHMC, {"tail_jumps": 0.2}),
 ]
 
 EXACTNESS_STEPS: list[StepEntry] = STEPS + VARIANTS
 
 
 # ``"<test module stem>::<test name with its parameter id>"`` -> reason. See the module doc.
-KNOWN_BUGS: dict[str, str] = {
-    # slow tests (not in CI). Gaussian tails beyond the surrogate's data and wells that the
-    # tamer refits do not remove: tail excursions are rare and then long, so tail
-    # frequencies scatter and come out low more often than high (docs/design.md). The test
-    # pools 8 runs (16 chains x 2000 draws); figures are per coordinate.
-    "test_exactness::test_heavy_tails[SurrogateHMC]": (
-        "bug: long tail excursions make the chains disagree: R-hat of the 20% tail indicator "
-        "1.0068 against 1.0059 (2% tail: 0.0261 0.0159 0.0203, ESS 600 3794 3399 of 32 000). "
-        "Per run, 17 of 24 2% tails below 0.02, one at 0.0748; over seeds 1-8 (2 x 2000 "
-        "draws) mean 0.0134, 22 of 24 below 0.02"
-    ),
-    "test_exactness::test_heavy_tails[AdaptiveSurrogateHMC]": (
-        "bug: 2% tail 0.0184 0.0154 0.0118 (z = -0.55 -2.72 -6.08); 21 of 24 per-run tails "
-        "below 0.02"
-    ),
-    # CI test failing at the suite's seed with statistics that look like chance: recorded,
-    # not a seed to change (docs/reliability.md, "Known bugs").
-    "test_faults::test_degenerate_data_right_or_flagged[AdaptiveSurrogateHMC-huge_location-black_box]": (
-        "chance at this seed, as far as measured: R-hat of x[0] 1.0112 against the limit "
-        "1.0097 (folded ESS 1013; (R-hat - 1) x ESS = 11.3). Over seeds 1-60 the same "
-        "statistic of both coordinates has median 0.95, 99% quantile 5.55, max 6.35, as the "
-        "chi-square law of the limit predicts (0.74, 6.56); all 60 seeds pass. Since the "
-        "continuous integration time (723ff76); it passed before"
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
