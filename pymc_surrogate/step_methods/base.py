@@ -307,7 +307,7 @@ class SurrogateStep(ArrayStepShared):
     # _tail_jump_prescreen of the time (no model evaluation: on the PDE and in d >= 20 they
     # are not, and the trials are skipped).
     _tail_jump_probability = 0.2
-    _tail_jump_trials = 30
+    _tail_jump_trials = 60
     _tail_jump_prescreen = 0.02
 
     def _choose_tail_jumps(self, chain: ChainState) -> None:
@@ -346,7 +346,7 @@ class SurrogateStep(ArrayStepShared):
             chain.tail_jump_probability = self._tail_jump_probability
             _log.info(
                 f"{type(self).__name__}: heavy tails (posterior mass {check.mass_beyond:.1g} "
-                "beyond twice the farthest tuning state); "
+                "beyond three times the 95th-percentile distance of the tuning states); "
                 f"{self._tail_jump_probability:.0%} of the draws are tail jumps (stat "
                 f"`tail_jump`), accepted about {check.acceptance:.0%} of the time."
             )

@@ -9,6 +9,7 @@ from pymc_surrogate.core.transitions import (
     ChainPoint,
     differential_evolution_transition,
     exact_hmc_transition,
+    independence_transition,
     surrogate_hmc_transition,
     surrogate_transition,
 )
@@ -78,6 +79,18 @@ def test_differential_evolution_with_a_fixed_history_is_exact():
     history = np.random.default_rng(3).normal(MEAN, SD, size=(200, 2))
     kernel = lambda cur, rng: differential_evolution_transition(
         cur, lambda q: true_point(q, False), history, 1.0, rng
+    )
+    assert_moments(run_chain(kernel, n=20000))
+
+
+def test_independence_with_a_heavy_tailed_proposal_is_exact():
+    from pymc_surrogate.core.tail_jumps import CauchyJumps
+    from pymc_surrogate.surrogates.whitening import Whitening
+
+    # Off-centre and too wide, as the tuning scale may be: the ratio w = pi / g repairs it.
+    jumps = CauchyJumps(Whitening(MEAN + 0.5, 2.0 * SD))
+    kernel = lambda cur, rng: independence_transition(
+        cur, lambda q: true_point(q, False), jumps, rng
     )
     assert_moments(run_chain(kernel, n=20000))
 

@@ -160,6 +160,8 @@ def test_discrete_variable_is_refused_with_advice():
         (dict(max_energy_error=-1), "max_energy_error"),
         (dict(tail_weight=1.0), "tail_weight"),
         (dict(tail_weight=-0.1), "tail_weight"),
+        (dict(tail_jumps=1.0), "tail_jumps"),
+        (dict(tail_jumps="often"), "tail_jumps"),
     ],
 )
 def test_invalid_settings_are_named(kwargs, match):
