@@ -6,6 +6,7 @@ from pymc_surrogate.core.transitions import (
     TransitionInfo,
     differential_evolution_transition,
     exact_hmc_transition,
+    independence_transition,
     surrogate_hmc_transition,
     surrogate_transition,
 )
@@ -18,4 +19,5 @@ __all__ = [
     "surrogate_hmc_transition",
     "surrogate_transition",
     "differential_evolution_transition",
+    "independence_transition",
 ]

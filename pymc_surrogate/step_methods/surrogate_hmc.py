@@ -95,7 +95,20 @@ class SurrogateHMC(SurrogateStep):
         Student-t(3) (2% tail, truth 0.02, 8 seeds x 3 coordinates): mean 0.013 without,
         0.014 with it, seed to seed 0.001-0.023; not a reliable fix, and on two other
         models one seed in six got worse (``docs/design.md``, "Tails and wells beyond the
-        data").
+        data"). ``tail_jumps`` is the one that works.
+    tail_jumps : "auto" or float
+        Share of the draws that are *tail jumps*: independence Metropolis-Hastings proposals
+        from independent Cauchy coordinates in the tuning scale, accepted with the true
+        logp (exact; ``core/tail_jumps.py``). Fixed-length HMC returns slowly from
+        polynomial tails, and where the surrogate is lighter than the posterior the
+        correction makes tail visits rare and long; a jump leaves the tail in a few tries.
+        ``"auto"`` (default): when tuning ends, 60 proposals evaluated with the true model
+        (counted in ``total_model_evals``, in no draw's ``model_evals``; skipped when the
+        surrogate expects them to be rejected, as on most posteriors in d >= 20) measure the
+        posterior mass far past the tuning states; where it shows a polynomial tail, 20%
+        of the draws are jumps (a Student-t(3) or t(5) posterior), else none (Gaussian,
+        exponential or t(10) tails). A number in [0, 1) fixes the share without the check;
+        0 turns the jumps off.
     use_gradient : bool, optional
         ``None`` uses the model's gradient when PyTensor can compute it; ``False`` treats
         the model as a black box.
@@ -110,7 +123,8 @@ class SurrogateHMC(SurrogateStep):
     (the leapfrog's error on the surrogate), ``step_size``, ``n_steps`` (leapfrog steps on
     the surrogate), ``model_logp``, ``model_evals`` / ``gradient_evals`` (this iteration),
     ``total_model_evals`` / ``total_gradient_evals`` (this chain so far, tuning included),
-    ``training_size``, ``uses_surrogate``, ``surrogate_fits``, ``divergences``.
+    ``training_size``, ``uses_surrogate``, ``tail_jump`` (the draw was a tail jump),
+    ``surrogate_fits``, ``divergences``.
     """
 
     name = "surrogate_hmc"
