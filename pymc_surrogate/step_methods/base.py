@@ -187,7 +187,9 @@ class SurrogateStep(ArrayStepShared):
                 "tail_weight must lie in [0, 1) (0 turns the tail envelope off); "
                 f"got {tail_weight!r}."
             )
-        if tail_jumps != "auto" and not (np.isscalar(tail_jumps) and 0 <= tail_jumps < 1):
+        if tail_jumps != "auto" and not (
+            isinstance(tail_jumps, int | float | np.integer | np.floating) and 0 <= tail_jumps < 1
+        ):
             raise ValueError(
                 "tail_jumps must be 'auto' or a probability in [0, 1) (0 turns them off); "
                 f"got {tail_jumps!r}."

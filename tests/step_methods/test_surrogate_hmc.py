@@ -31,8 +31,9 @@ def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
     in ``total_model_evals`` and in no draw's ``model_evals``."""
     mean, cov = correlated_gaussian(4, seed=6)
     with gaussian_model(mean, cov):
-        idata = pm.sample(step=SurrogateHMC(correction="hamiltonian"), discard_tuned_samples=False,
-                          **{**SAMPLE, "draws": 100, "tune": 400})
+        # tail_jumps=0: no heavy-tail check, whose trials would count here too
+        idata = pm.sample(step=SurrogateHMC(correction="hamiltonian", tail_jumps=0),
+                          discard_tuned_samples=False, **{**SAMPLE, "draws": 100, "tune": 400})
     last_tune = idata.warmup_sample_stats.total_model_evals.values[:, -1]
     draws = idata.sample_stats
     before_first_draw = draws.total_model_evals.values[:, 0] - draws.model_evals.values[:, 0]
@@ -388,3 +389,75 @@ def test_tail_weight_zero_runs_on_the_bare_surrogate():
     assert step.chain.envelope is None
     q = np.array([20.0, -3.0, 1.0])
     assert step._surrogate_field(step.chain)(q)[0] == step.context.field(step.chain.surrogate)(q)[0]
+
+
+def _evaluations_between_tuning_and_draws(idata):
+    last_tune = idata.warmup_sample_stats.total_model_evals.values[:, -1]
+    draws = idata.sample_stats
+    return draws.total_model_evals.values[:, 0] - draws.model_evals.values[:, 0] - last_tune
+
+
+def test_light_tails_get_no_tail_jumps_after_a_check_outside_the_draws():
+    """The heavy-tail check's evaluations come between tuning and the first draw (at most
+    ``_tail_jump_trials``); a Gaussian's draws then contain no tail jump."""
+    mean, cov = correlated_gaussian(2, seed=3)
+    with gaussian_model(mean, cov):
+        step = SurrogateHMC()
+        idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 300})
+    trials = _evaluations_between_tuning_and_draws(idata)
+    assert np.all((trials > 0) & (trials <= SurrogateHMC._tail_jump_trials)), trials
+    assert not idata.sample_stats.tail_jump.values.any()
+    assert not step.chain.tail_jump_check.worthwhile
+
+
+def test_student_t_tails_get_tail_jumps_in_the_draws_only():
+    with pm.Model():
+        pm.StudentT("t", nu=3.0, mu=0.0, sigma=1.0, shape=3)
+        step = SurrogateHMC()
+        idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 500})
+    jumps = idata.sample_stats.tail_jump.values
+    share = SurrogateHMC._tail_jump_probability
+    n = jumps.size
+    assert abs(jumps.mean() - share) < 4 * np.sqrt(share * (1 - share) / n), jumps.mean()
+    assert not idata.warmup_sample_stats.tail_jump.values.any()
+    stats = idata.sample_stats
+    assert not stats.uses_surrogate.values[jumps].any()
+    assert np.all(stats.model_evals.values[jumps] == 1)  # one proposal, no gradient
+    assert np.all(stats.gradient_evals.values[jumps] == 0)
+
+
+def test_a_fixed_tail_jump_share_skips_the_check():
+    mean, cov = correlated_gaussian(2, seed=3)
+    with gaussian_model(mean, cov):
+        step = SurrogateHMC(tail_jumps=0.3)
+        idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 500})
+    assert np.all(_evaluations_between_tuning_and_draws(idata) == 0)
+    assert step.chain.tail_jump_check is None
+    share = idata.sample_stats.tail_jump.values.mean()
+    assert abs(share - 0.3) < 4 * np.sqrt(0.3 * 0.7 / idata.sample_stats.tail_jump.size)
+
+
+class _FailsFarFromTheData(SurrogateHMC):
+    """The model raises at every evaluation of the heavy-tail check (a solver that fails
+    far from where the chain has been)."""
+
+    def _choose_tail_jumps(self, chain):
+        def fails(q):
+            raise RuntimeError("solver diverged")
+
+        original, self.functions.logp = self.functions.logp, fails
+        try:
+            super()._choose_tail_jumps(chain)
+        finally:
+            self.functions.logp = original
+
+
+def test_a_model_that_raises_at_a_trial_gets_no_tail_jumps():
+    """A model that fails at a trial would fail in the draws too: no jumps, and no error
+    (the trials are optional)."""
+    with pm.Model():
+        pm.StudentT("t", nu=3.0, mu=0.0, sigma=1.0, shape=3)
+        step = _FailsFarFromTheData()
+        idata = pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 200})
+    assert not idata.sample_stats.tail_jump.values.any()
+    assert step.chain.tail_jump_check is None and step.chain.tail_jump_probability == 0
