@@ -26,7 +26,13 @@ import scipy.stats
 
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["CauchyJumps", "TailJumpCheck", "assess_tail_jumps"]
+__all__ = [
+    "CauchyJumps",
+    "TailJumpCheck",
+    "assess_tail_jumps",
+    "independence_acceptance",
+    "mass_beyond",
+]
 
 
 @dataclass(frozen=True)
