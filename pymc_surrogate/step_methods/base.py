@@ -318,7 +318,11 @@ class SurrogateStep(ArrayStepShared):
         The trials are model evaluations after the final fit (in ``total_model_evals``,
         in no draw's ``model_evals``) that do not move the chain. A model that raises at
         one of them (a solver that fails far from the data) gets no jumps: the draws would
-        meet such points too.
+        meet such points too. Nor does a chain whose surrogate had stopped moving it in
+        tuning: its tuning states are no posterior sample to measure tails against (rough
+        potential, d = 2: 22 distinct states with a third of the posterior's spread, the
+        check said yes, the jumps were accepted 7% of the time and sent the chain where its
+        surrogate had no data: ESS 30 against 300 for the other chain).
         """
         states = np.array(chain.positions[len(chain.positions) // 2 :])
         if self.tail_jumps == 0 or len(states) <= self.dim:
@@ -326,6 +330,8 @@ class SurrogateStep(ArrayStepShared):
         chain.tail_jumps = CauchyJumps(chain.whitening)
         if self.tail_jumps != "auto":
             chain.tail_jump_probability = self.tail_jumps
+            return
+        if chain.explore_probability > 0:
             return
         potentials = np.array(chain.position_potentials[len(chain.positions) // 2 :])
         proposals = chain.tail_jumps.draw(self.rng, size=self._tail_jump_trials)
