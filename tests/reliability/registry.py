@@ -65,7 +65,17 @@ EXACTNESS_STEPS: list[StepEntry] = STEPS + VARIANTS
 
 
 # ``"<test module stem>::<test name with its parameter id>"`` -> reason. See the module doc.
-KNOWN_BUGS: dict[str, str] = {}
+KNOWN_BUGS: dict[str, str] = {
+    # CI test failing at the suite's seed with statistics that look like chance: recorded,
+    # not a seed to change (docs/reliability.md, "Known bugs").
+    "test_faults::test_degenerate_data_right_or_flagged[AdaptiveSurrogateHMC-huge_location-black_box]": (
+        "chance at this seed, as far as measured: R-hat of x[0] 1.0112 against the limit "
+        "1.0107 (folded ESS 1014; (R-hat - 1) x ESS = 11.3). Over seeds 1-60 the same "
+        "statistic of both coordinates has median 0.95, 99% quantile 5.55, max 6.35, as the "
+        "chi-square law of the limit predicts (0.74, 6.56); all 60 seeds pass. Since the "
+        "continuous integration time (723ff76); it passed before"
+    ),
+}
 
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
