@@ -352,7 +352,11 @@ class SurrogateStep(ArrayStepShared):
         if expected < self._tail_jump_min_acceptance:
             return
         try:
-            values = [self._evaluate(chain, q, with_grad=False).potential for q in proposals]
+            # Not training data: AdaptiveSurrogateHMC would learn from them in the draws.
+            values = [
+                self._evaluate(chain, q, with_grad=False, record=False).potential
+                for q in proposals
+            ]
         except ModelEvaluationError:
             return
         chain.tail_jump_check = check = assess_tail_jumps(
@@ -489,8 +493,11 @@ class SurrogateStep(ArrayStepShared):
             )
         return point
 
-    def _evaluate(self, chain: ChainState, q: np.ndarray, with_grad: bool) -> ChainPoint:
-        """Evaluate the true model at ``q``, count it, and keep it as training data."""
+    def _evaluate(
+        self, chain: ChainState, q: np.ndarray, with_grad: bool, record: bool = True
+    ) -> ChainPoint:
+        """Evaluate the true model at ``q``, count it, and keep it as training data (unless
+        ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's)."""
         q = np.array(q, dtype=np.float64)
         try:
             if with_grad:
@@ -511,7 +518,7 @@ class SurrogateStep(ArrayStepShared):
         if np.isnan(potential):
             potential = np.inf  # NaN logp is a rejection, like -inf
         point = ChainPoint(q, potential, grad_u)
-        if self._keeps_training_data(chain) and np.isfinite(potential):
+        if record and self._keeps_training_data(chain) and np.isfinite(potential):
             chain.training.append(q, potential, grad_u, self.context.values())
             self._on_evaluation(chain, point)
         return point

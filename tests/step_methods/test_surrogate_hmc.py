@@ -397,15 +397,20 @@ def _evaluations_between_tuning_and_draws(idata):
     return draws.total_model_evals.values[:, 0] - draws.model_evals.values[:, 0] - last_tune
 
 
-def test_light_tails_get_no_tail_jumps_after_a_check_outside_the_draws():
+@pytest.mark.parametrize("cls", [SurrogateHMC, AdaptiveSurrogateHMC])
+def test_light_tails_get_no_tail_jumps_after_a_check_outside_the_draws(cls):
     """The heavy-tail check's evaluations come between tuning and the first draw (at most
-    ``_tail_jump_trials``); a Gaussian's draws then contain no tail jump."""
+    ``_tail_jump_trials``) and are no training data (AdaptiveSurrogateHMC learns in the
+    draws); a Gaussian's draws then contain no tail jump."""
     mean, cov = correlated_gaussian(2, seed=3)
     with gaussian_model(mean, cov):
-        step = SurrogateHMC()
+        step = cls()
         idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 300})
     trials = _evaluations_between_tuning_and_draws(idata)
-    assert np.all((trials > 0) & (trials <= SurrogateHMC._tail_jump_trials)), trials
+    assert np.all((trials > 0) & (trials <= cls._tail_jump_trials)), trials
+    learned = (idata.sample_stats.training_size.values[:, 0]
+               - idata.warmup_sample_stats.training_size.values[:, -1])
+    assert np.all(learned <= 1), learned  # at most the first draw's own proposal
     assert not idata.sample_stats.tail_jump.values.any()
     assert not step.chain.tail_jump_check.worthwhile
 
