@@ -42,15 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     import arviz as az
     import numpy as np
     import pymc as pm
-    from scipy import stats as sps
 
     import pymc_surrogate
     from tests.reliability import helpers
     from tests.reliability.test_exactness import (
-        HEAVY_TAIL_NU,
         HEAVY_TAIL_RUNS,
+        TAIL_PROBABILITIES,
         assert_tail_frequencies,
         pooled_student_t_runs,
+        tail_indicator,
     )
 
     settings = json.loads(args.kwargs)
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     x = idata.posterior["t"].values
     print(f"{args.sampler} {settings}: {HEAVY_TAIL_RUNS} runs x 2 chains x 2000 draws, "
           f"seeds {helpers.SEED}-{helpers.SEED + HEAVY_TAIL_RUNS - 1}")
-    for prob in (0.2, 0.02):
-        indicator = (np.abs(x) > sps.t.isf(prob / 2, HEAVY_TAIL_NU)).astype(float)
+    for prob in TAIL_PROBABILITIES:
+        indicator = tail_indicator(x, prob)
         dataset = az.convert_to_dataset({"tail": indicator})
         ess = az.ess(dataset)["tail"].values
         rhat = az.rhat(dataset)["tail"].values

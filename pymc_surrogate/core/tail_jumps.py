@@ -50,6 +50,10 @@ class CauchyJumps:
         """``log g(q)`` up to a constant (it cancels in every ratio)."""
         return np.sum(scipy.stats.cauchy.logpdf(self.whitening.to_white(q)), axis=-1)
 
+    def distance(self, q: np.ndarray) -> np.ndarray:
+        """Whitened distance of the rows of ``q`` from the centre."""
+        return np.linalg.norm(self.whitening.to_white(q), axis=-1)
+
     def log_weights(self, q: np.ndarray, potentials: np.ndarray) -> np.ndarray:
         """``log(pi / g)`` at ``q``, up to a constant; ``-inf`` where ``U`` is not finite."""
         potentials = np.asarray(potentials, dtype=np.float64)
@@ -83,8 +87,7 @@ def mass_beyond(
     if not np.any(np.isfinite(log_w)):
         return 0.0
     weights = np.exp(log_w - np.max(log_w))
-    distance = np.linalg.norm(jumps.whitening.to_white(proposals), axis=1)
-    return float(np.sum(weights[distance > radius]) / np.sum(weights))
+    return float(np.sum(weights[jumps.distance(proposals) > radius]) / np.sum(weights))
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,7 @@ def assess_tail_jumps(
     check says yes for t(3), d = 3: 100%, d = 10: 87%; t(5): 91%; t(10): 0%; Laplace
     (d = 3): 1%; Gaussians (d = 2, 10): 0%.
     """
-    distance = np.linalg.norm(jumps.whitening.to_white(states), axis=1)
-    reach = float(np.quantile(distance, reach_quantile))
+    reach = float(np.quantile(jumps.distance(states), reach_quantile))
     acceptance = independence_acceptance(
         jumps, states, state_potentials, proposals, proposal_potentials
     )

@@ -330,7 +330,7 @@ class SurrogateStep(ArrayStepShared):
         check said yes, the jumps were accepted 7% of the time and sent the chain where its
         surrogate had no data: ESS 30 against 300 for the other chain).
         """
-        states = np.array(chain.positions[len(chain.positions) // 2 :])
+        states, potentials = self._late_tuning_states(chain)
         if self.tail_jumps == 0 or len(states) <= self.dim:
             return
         chain.tail_jumps = CauchyJumps(chain.whitening)
@@ -339,7 +339,6 @@ class SurrogateStep(ArrayStepShared):
             return
         if chain.explore_probability > 0:
             return
-        potentials = np.array(chain.position_potentials[len(chain.positions) // 2 :])
         # From a child stream: a chain the check leaves without jumps draws exactly what
         # it would have drawn with tail_jumps=0.
         proposals = chain.tail_jumps.draw(self.rng.spawn(1)[0], size=self._tail_jump_trials)
@@ -608,8 +607,7 @@ class SurrogateStep(ArrayStepShared):
         states span only the directions it has moved in, and a chain that starts with
         tiny steps then stays confined to them.
         """
-        positions = chain.positions[len(chain.positions) // 2 :]
-        history = np.array(positions) if positions else np.zeros((0, self.dim))
+        history = self._late_tuning_states(chain)[0]
         if len(history) < 10 * self.dim:
             if chain.prior_draws is None:
                 chain.prior_draws = self._draw_prior(10 * self.dim)
@@ -694,8 +692,15 @@ class SurrogateStep(ArrayStepShared):
     _refit_growth = 1.5
     _good_acceptance = 0.9
 
+    def _late_tuning_states(self, chain: ChainState) -> tuple[np.ndarray, np.ndarray]:
+        """The second half of the tuning states (past the initial transient) and their
+        true potentials: the chain's posterior sample for scales and checks."""
+        start = len(chain.positions) // 2
+        positions = np.array(chain.positions[start:]).reshape(-1, self.dim)
+        return positions, np.array(chain.position_potentials[start:])
+
     def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
-        positions = np.array(chain.positions[len(chain.positions) // 2 :])
+        positions = self._late_tuning_states(chain)[0]
         if len(np.unique(positions, axis=0)) <= self.dim:
             # A chain that has barely moved says nothing about the scale; the spread of
             # what was evaluated near the typical set is a safer guess than a degenerate

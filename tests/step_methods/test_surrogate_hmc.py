@@ -25,6 +25,12 @@ def test_correlated_gaussian_with_gradient(correction):
     assert bool(stats.uses_surrogate.all())
 
 
+def _evaluations_between_tuning_and_draws(idata):
+    last_tune = idata.warmup_sample_stats.total_model_evals.values[:, -1]
+    draws = idata.sample_stats
+    return draws.total_model_evals.values[:, 0] - draws.model_evals.values[:, 0] - last_tune
+
+
 def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
     """With ``correction="hamiltonian"`` the full trajectory length is tried on the final
     fit when tuning ends, on transitions that are no draw: their model evaluations show
@@ -34,13 +40,10 @@ def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
         # tail_jumps=0: no heavy-tail check, whose trials would count here too
         idata = pm.sample(step=SurrogateHMC(correction="hamiltonian", tail_jumps=0),
                           discard_tuned_samples=False, **{**SAMPLE, "draws": 100, "tune": 400})
-    last_tune = idata.warmup_sample_stats.total_model_evals.values[:, -1]
-    draws = idata.sample_stats
-    before_first_draw = draws.total_model_evals.values[:, 0] - draws.model_evals.values[:, 0]
     # one evaluation a trial, none for a trajectory that diverges on the surrogate
-    trials = before_first_draw - last_tune
+    trials = _evaluations_between_tuning_and_draws(idata)
     assert np.all((trials > 0) & (trials <= SurrogateHMC._full_length_trials)), trials
-    assert draws.model_evals.max() <= 1
+    assert idata.sample_stats.model_evals.max() <= 1
 
 
 @pytest.mark.parametrize("target, full_length", [(0.65, True), (0.999, False)])
@@ -389,12 +392,6 @@ def test_tail_weight_zero_runs_on_the_bare_surrogate():
     assert step.chain.envelope is None
     q = np.array([20.0, -3.0, 1.0])
     assert step._surrogate_field(step.chain)(q)[0] == step.context.field(step.chain.surrogate)(q)[0]
-
-
-def _evaluations_between_tuning_and_draws(idata):
-    last_tune = idata.warmup_sample_stats.total_model_evals.values[:, -1]
-    draws = idata.sample_stats
-    return draws.total_model_evals.values[:, 0] - draws.model_evals.values[:, 0] - last_tune
 
 
 @pytest.mark.parametrize("cls", [SurrogateHMC, AdaptiveSurrogateHMC])
