@@ -48,7 +48,6 @@ from pymc_surrogate.core.transitions import (
 from pymc_surrogate.step_methods.block_context import BlockContext
 from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
 from pymc_surrogate.step_methods.training_set import TrainingSet
-from pymc_surrogate.surrogates.envelope import TailEnvelope, with_tail_envelope
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["SurrogateStep", "ChainState"]
@@ -71,8 +70,6 @@ class ChainState:
     current: ChainPoint | None = None
     current_key: bytes | None = None
     surrogate: Any = None
-    envelope: TailEnvelope | None = None  # heavy tails and well floor of the surrogate density
-    envelope_level: tuple | None = None  # (surrogate, context, level): TailEnvelope.level
     whitening: Whitening | None = None
     frozen: bool = False
     iteration: int = 0
@@ -146,7 +143,6 @@ class SurrogateStep(ArrayStepShared):
         dense_mass: bool = False,
         explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0,
-        tail_weight: float = 0.0,
         tail_jumps: float | str = "auto",
         use_gradient: bool | None = None,
         model=None,
@@ -187,11 +183,6 @@ class SurrogateStep(ArrayStepShared):
         _check_open_unit("target_accept", target_accept)
         _check_positive("path_length", path_length)
         _check_positive("max_energy_error", max_energy_error)
-        if not (np.isscalar(tail_weight) and 0 <= tail_weight < 1):
-            raise ValueError(
-                "tail_weight must lie in [0, 1) (0 turns the tail envelope off); "
-                f"got {tail_weight!r}."
-            )
         if tail_jumps != "auto" and not (
             isinstance(tail_jumps, int | float | np.integer | np.floating) and 0 <= tail_jumps < 1
         ):
@@ -215,7 +206,6 @@ class SurrogateStep(ArrayStepShared):
         self.path_length = path_length
         self.dense_mass = dense_mass
         self.max_energy_error = max_energy_error
-        self.tail_weight = float(tail_weight)
         self.tail_jumps = tail_jumps if tail_jumps == "auto" else float(tail_jumps)
         self.explore_steps = (
             self._default_explore_steps() if explore_steps == "auto" else int(explore_steps)
@@ -263,10 +253,14 @@ class SurrogateStep(ArrayStepShared):
         self.chain = self._new_chain()
 
     def set_rng(self, rng):
-        # pm.sample hands each chain its own generator; every child stream must follow it,
-        # or chains would share the metric's momentum draws.
+        """PyMC 5: ``pm.sample`` hands each chain its own generator before it starts."""
+        # Every child stream must follow it, or chains share the metric's momentum draws.
         self.rng = get_random_generator(rng, copy=False)
         self.chain.metric.set_rng(self.rng.spawn(1)[0])
+
+    def setup_chain(self, rng, tune: int, draws: int) -> None:
+        """PyMC 6: replaces ``set_rng`` (which it never calls), in every process."""
+        self.set_rng(rng)
 
     def stop_tuning(self):
         self.tune = False
@@ -816,40 +810,22 @@ class SurrogateStep(ArrayStepShared):
         A chain that explored badly in tuning (a direction it barely moved in) leaves a
         collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
         re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
-        so a surrogate that is wrong far from the data cannot blow the metric up. The same
-        draws set the level of the tail envelope (``tail_weight``) and its well floor.
+        so a surrogate that is wrong far from the data cannot blow the metric up.
         """
         step, samples = warm_up.step_size, warm_up.samples
-        chain.envelope = chain.envelope_level = None
         if np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim:
             sampled = Whitening.from_samples(samples, dense=self.dense_mass)
             ratio = np.clip(sampled.covariance / chain_scale.covariance, 1e-3, 1e3) if not self.dense_mass else None
             if ratio is not None:
                 sampled = Whitening(sampled.mean, np.sqrt(chain_scale.covariance * ratio))
             chain.metric = self._metric(sampled)
-            if self.tail_weight > 0:
-                chain.envelope = TailEnvelope.fit(
-                    chain.whitening, samples, warm_up.potentials,
-                    reach=chain.training.positions[chain.training.relevant(self._energy_window())],
-                    well_margin=self._well_margin(), weight=self.tail_weight,
-                )
             step = self._warm_up(chain, chain_scale, self._surrogate_field(chain), step).step_size
         chain.step_adapt = self._step_size_adaptation(step)
 
     def _surrogate_field(self, chain: ChainState):
         """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
-        current context, with its tail envelope."""
-        field = self.context.field(chain.surrogate)
-        if chain.envelope is None:
-            return field
-        # The envelope's level moves only with the surrogate (online weights) and the other
-        # blocks' values: measured again only then, not at every step.
-        context = self.context.values()
-        key = b"" if context is None else context.tobytes()
-        cached = chain.envelope_level
-        if cached is None or cached[0] is not chain.surrogate or cached[1] != key:
-            chain.envelope_level = (chain.surrogate, key, chain.envelope.level(field))
-        return with_tail_envelope(field, chain.envelope, chain.envelope_level[2])
+        current context."""
+        return self.context.field(chain.surrogate)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         """Hook: called after every transition, in tune and in the draws."""

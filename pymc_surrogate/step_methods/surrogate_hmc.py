@@ -83,19 +83,6 @@ class SurrogateHMC(SurrogateStep):
         ``max(300, 30 d)`` without.
     max_energy_error : float
         Energy variation that counts as a divergence (the trajectory is rejected).
-    tail_weight : float
-        Share of the trajectories' density given to a heavy-tailed envelope (default 0:
-        off; experimental). Past its training data the
-        surrogate can be far too light (a quadratic base) or have spurious wells, and either
-        makes tail visits rare and long: exact in the limit, wrong in a run of a few
-        thousand draws. With ``tail_weight > 0`` the trajectories run on the surrogate mixed
-        with a multivariate Student-t(2) at the posterior's mean and scale, holding about
-        that share of the mass but never topping the surrogate at its own draws, whose floor
-        also fills wells past those draws (``surrogates/envelope.py``). Measured on a
-        Student-t(3) (2% tail, truth 0.02, 8 seeds x 3 coordinates): mean 0.013 without,
-        0.014 with it, seed to seed 0.001-0.023; not a reliable fix, and on two other
-        models one seed in six got worse (``docs/design.md``, "Tails and wells beyond the
-        data"). ``tail_jumps`` is the one that works.
     tail_jumps : "auto" or float
         Share of the draws that are *tail jumps*: independence Metropolis-Hastings proposals
         from independent Cauchy coordinates in the tuning scale, accepted with the true

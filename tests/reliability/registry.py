@@ -56,7 +56,6 @@ STEPS: list[StepEntry] = [StepEntry(name, cls) for name, cls in STEP_METHODS.ite
 #: Non-default settings that must be exact too (exactness and SBC only).
 VARIANTS: list[StepEntry] = [
     StepEntry("SurrogateHMC[hamiltonian]", SurrogateHMC, {"correction": "hamiltonian"}),
-    StepEntry("SurrogateHMC[tail_envelope]", SurrogateHMC, {"tail_weight": 0.05}),
     # Tail jumps in every draw's mixture, not only where the heavy-tail check asks for them
     StepEntry("SurrogateHMC[tail_jumps]", SurrogateHMC, {"tail_jumps": 0.2}),
 ]

@@ -162,8 +162,6 @@ def test_discrete_variable_is_refused_with_advice():
         (dict(correction="none"), "correction"),
         (dict(n_hidden=-5), "n_hidden"),
         (dict(max_energy_error=-1), "max_energy_error"),
-        (dict(tail_weight=1.0), "tail_weight"),
-        (dict(tail_weight=-0.1), "tail_weight"),
         (dict(tail_jumps=1.0), "tail_jumps"),
         (dict(tail_jumps="often"), "tail_jumps"),
     ],
@@ -252,9 +250,7 @@ def test_a_surrogate_that_stops_moving_the_chain_is_set_aside():
     mean, cov = correlated_gaussian(2, seed=4)
     with gaussian_model(mean, cov):
         with pytest.warns(UserWarning, match="exact exploration kernel"):
-            # without the tail envelope, whose share of proposals lands on the posterior
-            # and keeps the chain moving on its own, slowly
-            idata = pm.sample(step=_MisplacedSurrogateHMC(tail_weight=0.0),
+            idata = pm.sample(step=_MisplacedSurrogateHMC(),
                               **{**SAMPLE, "draws": 2000},
                               discard_tuned_samples=False)
     tune_uses = idata.warmup_sample_stats.uses_surrogate.values
@@ -349,49 +345,6 @@ def test_a_faithful_surrogate_is_not_refitted():
         step = _WelledSurrogateHMC(wells="none")
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10})
     assert step.fit_settings and all(s == {} for s in step.fit_settings)
-
-
-def _student_t_fit(tail_weight):
-    with pm.Model():
-        pm.StudentT("t", nu=3.0, mu=0.0, sigma=1.0, shape=3)
-        step = SurrogateHMC(tail_weight=tail_weight)
-        pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10})
-    return step
-
-
-def test_trajectories_run_on_a_density_with_heavy_tails():
-    """Student-t(3): far out the fitted surrogate is much too light (pi / pi~ of order
-    e^10 and more); inside the envelope's wall, the density the trajectories run on keeps
-    pi / pi~ within a few units of 1 / tail_weight (the envelope holds at most that share,
-    and along an axis its t(2) decays as r^-5 where a t(3) coordinate decays as r^-4), and
-    along the axes (where the t(3) is the heavier) above its well floor. (Filling wells is
-    checked in ``tests/surrogates/test_envelope.py``: whether this fit has one depends on
-    the seed.)"""
-    nu, tail_weight = 3.0, 0.05
-    step = _student_t_fit(tail_weight)
-    bare, mixed = step.context.field(step.chain.surrogate), step._surrogate_field(step.chain)
-    envelope = step.chain.envelope
-
-    def log_weight(q, field):  # log pi / pi~, 0 at the mode
-        true = -np.sum((nu + 1) / 2 * np.log1p(q**2 / nu))
-        return true + field(q)[0] - field(np.zeros(3))[0]
-
-    def far(direction):  # half-way and nine tenths of the way to the wall
-        white = envelope.scale.to_white(direction[None])[0] - envelope.scale.to_white(np.zeros((1, 3)))[0]
-        return [frac * envelope.radius / np.linalg.norm(white) * direction for frac in (0.5, 0.9)]
-
-    axes = [q for e in np.eye(3) for sign in (1, -1) for q in far(sign * e)]
-    diagonals = [q for d in ([1.0, 1.0, 0], [0, -1.0, 1.0], [1.0, 1.0, 1.0]) for q in far(np.array(d))]
-    assert max(log_weight(q, bare) for q in axes + diagonals) > 10.0
-    assert max(log_weight(q, mixed) for q in axes + diagonals) < np.log(1 / tail_weight) + 4.0
-    assert min(log_weight(q, mixed) for q in axes) > -envelope.depth
-
-
-def test_tail_weight_zero_runs_on_the_bare_surrogate():
-    step = _student_t_fit(0.0)
-    assert step.chain.envelope is None
-    q = np.array([20.0, -3.0, 1.0])
-    assert step._surrogate_field(step.chain)(q)[0] == step.context.field(step.chain.surrogate)(q)[0]
 
 
 @pytest.mark.parametrize("cls", [SurrogateHMC, AdaptiveSurrogateHMC])
