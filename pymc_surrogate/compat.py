@@ -1,0 +1,93 @@
+"""What differs between the two PyMC generations, in one place.
+
+* PyMC 5.x / PyTensor 2.x / ArviZ 0.x (Python 3.10-3.11 and later);
+* PyMC 6.x / PyTensor 3.x / ArviZ 1.x (Python 3.12 and later).
+
+The package, its tests, examples and benchmarks read results and define Ops through these
+helpers instead of testing versions where they need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import arviz as az
+import numpy as np
+import xarray as xr
+from pytensor.graph.op import Op
+
+__all__ = [
+    "ARVIZ_1",
+    "PYTENSOR_PULLBACK",
+    "VJPOp",
+    "bfmi",
+    "concat_chains",
+    "posterior_dataset",
+]
+
+#: PyTensor 3 differentiates through ``Op.pullback`` and warns on ``L_op`` / ``grad``.
+PYTENSOR_PULLBACK: bool = "pullback" in Op.__dict__
+
+#: ArviZ 1 works on ``xarray.DataTree`` (``pm.sample`` returns one) instead of InferenceData.
+ARVIZ_1: bool = int(az.__version__.split(".")[0]) >= 1
+
+# xarray's DataTree (xarray >= 2024.10); older xarray has none, and then no result is one.
+_DATATREE: type | tuple = getattr(xr, "DataTree", ())
+
+
+class VJPOp(Op):
+    """An Op whose gradient is its vector-Jacobian product, on both PyTensor generations.
+
+    Subclasses implement :meth:`vjp`; it becomes ``pullback`` on PyTensor 3 and ``L_op`` on
+    PyTensor 2, so neither warns. An Op with no gradient at all (a black box) needs neither:
+    both generations then raise ``NotImplementedError`` from ``pytensor.grad``.
+    """
+
+    def vjp(self, inputs: Sequence, outputs: Sequence, cotangents: Sequence) -> list:
+        """Cotangents of the inputs given those of the outputs (``grad_not_implemented`` or
+        ``disconnected_type()`` where there are none)."""
+        raise NotImplementedError(f"{type(self).__name__} has no gradient")
+
+    if PYTENSOR_PULLBACK:
+
+        def pullback(self, inputs, outputs, cotangents):
+            return self.vjp(inputs, outputs, cotangents)
+
+    else:
+
+        def L_op(self, inputs, outputs, output_grads):  # noqa: N802 (PyTensor's name)
+            return self.vjp(inputs, outputs, output_grads)
+
+
+def posterior_dataset(idata: Any, group: str = "posterior") -> xr.Dataset:
+    """One group of a sampling result as an ``xarray.Dataset`` (InferenceData or DataTree).
+
+    A Dataset supports what both generations' results do not share: selecting several
+    variables (``ds[names]``) and ``to_array()``.
+    """
+    node = idata[group] if isinstance(idata, _DATATREE) else getattr(idata, group)
+    return node.to_dataset() if isinstance(node, _DATATREE) else node
+
+
+def concat_chains(results: Sequence[Any]) -> Any:
+    """Several sampling results side by side as the chains of one (posterior, sample_stats).
+
+    Chains are renumbered from 0; the result has the type ``pm.sample`` returns.
+    """
+    groups = {}
+    for group in ("posterior", "sample_stats"):
+        parts = [posterior_dataset(r, group) for r in results]
+        merged = xr.concat(parts, dim="chain")
+        groups[group] = merged.assign_coords(chain=np.arange(merged.sizes["chain"]))
+    if ARVIZ_1:
+        return xr.DataTree.from_dict(groups)
+    return az.InferenceData(**groups)
+
+
+def bfmi(idata: Any) -> np.ndarray:
+    """Bayesian fraction of missing information of each chain, as an array."""
+    value = az.bfmi(idata)
+    if isinstance(value, _DATATREE):  # ArviZ 1: the sample_stats node, one value per chain
+        value = value["energy"]
+    return np.asarray(value, dtype=float)
