@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import logging
 import time
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,8 +50,6 @@ from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["SurrogateStep", "ChainState"]
 
-_log = logging.getLogger("pymc")
-
 
 @dataclass
 class ChainState:
@@ -91,6 +87,10 @@ class ChainState:
     tail_jumps: CauchyJumps | None = None  # draws: independence proposals for the tails
     tail_jump_probability: float = 0.0
     tail_jump_check: TailJumpCheck | None = None
+    last_fit_error: str | None = None  # why the last fit failed (None after a good one)
+    # Warnings for the next draws' `warning` stat: PyMC logs that stat in the parent process
+    # with any `cores`, where a warnings.warn in a worker process would be lost.
+    pending_warnings: deque = field(default_factory=deque)
 
 
 @dataclass_state
@@ -126,6 +126,7 @@ class SurrogateStep(ArrayStepShared):
         "total_gradient_evals": (np.int64, []),
         "training_size": (np.int64, []),
         "uses_surrogate": (bool, []),
+        "fallback": (bool, []),
         "tail_jump": (bool, []),
         "surrogate_fits": (np.int64, []),
         "diverging_total": (np.int64, []),
@@ -268,38 +269,77 @@ class SurrogateStep(ArrayStepShared):
         if chain.frozen:
             return
         chain.frozen = True
+        name = type(self).__name__
         if chain.surrogate is None and not self._enough_data(chain):
             chain.explore_history = self._explore_history(chain)
-            warnings.warn(
-                f"{type(self).__name__}: tuning ended after {chain.iteration} iterations with "
-                f"{len(chain.training)} training points, too few to fit a surrogate "
-                f"(need {self._min_training_points()} and {self.explore_steps} exploration "
-                "steps). The draws use the exact exploration kernel instead, which is correct "
-                "but costs more model evaluations. Increase `tune`.",
-                UserWarning,
-                stacklevel=2,
+            short = []
+            if chain.iteration < self.explore_steps:
+                short.append(f"{chain.iteration} iterations, fewer than the {self.explore_steps} "
+                             "exploration steps before a first fit")
+            if len(chain.training) < self._min_training_points():
+                short.append(f"{len(chain.training)} training points, fewer than the "
+                             f"{self._min_training_points()} a fit needs")
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                f"a chain ended tuning too early to fit a surrogate ({'; '.join(short)}). Its "
+                "draws use the exact exploration kernel instead (stat `fallback`): correct, "
+                "but it mixes slower and costs more model evaluations. Increase `tune` (to at "
+                f"least {self._suggested_tune()} for this model).",
             )
             return
         stuck = chain.paused or self._surrogate_stuck(chain)
         self._refit(chain, final=True)
-        if stuck and chain.surrogate is not None:
+        if chain.surrogate is None:
+            chain.explore_history = self._explore_history(chain)
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                f"no surrogate fit succeeded in a chain's {chain.iteration} tuning iterations "
+                f"({len(chain.training)} training points; last failure: "
+                f"{chain.last_fit_error}). Its draws use the exact exploration kernel instead "
+                "(stat `fallback`): correct, but it mixes slower and costs more model "
+                "evaluations. Increase `tune`, or check that the model's logp is smooth and "
+                "finite near the posterior.",
+            )
+            return
+        if chain.last_fit_error is not None:
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                f"the final surrogate fit of a chain failed ({chain.last_fit_error}); its "
+                "draws use the surrogate fitted earlier in tuning, which may move the chain "
+                "less well. Increase `tune` for more training data.",
+            )
+        if stuck:
             # A surrogate that stopped moving the chain in tune may do so again in the
             # draws; a fixed share of exact exploration steps keeps the chain exact and
             # moving (a mixture of two kernels that both leave the posterior invariant).
             chain.explore_probability = self._stuck_explore_probability
             chain.explore_history = self._explore_history(chain)
-            warnings.warn(
-                f"{type(self).__name__}: the surrogate moved the chain in fewer than "
-                f"{self._stuck_acceptance:.0%} of the last {self._stuck_window} tuning "
-                f"iterations. {self._stuck_explore_probability:.0%} of the draws use the "
-                "exact exploration kernel instead (stat `uses_surrogate` is False there): "
-                "correct, but it mixes slower and costs more model evaluations. Increase "
-                "`tune`, or `explore_steps` for a better first surrogate.",
-                UserWarning,
-                stacklevel=2,
+            self._warn(
+                chain, WarningType.BAD_ACCEPTANCE,
+                f"the surrogate moved a chain in fewer than {self._stuck_acceptance:.0%} of "
+                f"its last {self._stuck_window} tuning iterations. "
+                f"{self._stuck_explore_probability:.0%} of that chain's draws use the exact "
+                "exploration kernel instead (stat `fallback`): correct, but it mixes slower "
+                "and costs more model evaluations. Increase `tune`, or `explore_steps` for "
+                "a better first surrogate.",
             )
-        if chain.surrogate is not None:
-            self._choose_tail_jumps(chain)
+        self._choose_tail_jumps(chain)
+
+    def _suggested_tune(self) -> int:
+        """Tuning iterations after which a surrogate is usually fitted and refined."""
+        return int(max(1000, 2 * self.explore_steps))
+
+    def _warn(self, chain: ChainState, kind: WarningType, message: str,
+              level: str = "warn") -> None:
+        """Queue a warning for the next draws' ``warning`` stat (one per draw).
+
+        PyMC logs that stat with the ``pymc`` logger in the parent process, for every
+        chain and with any ``cores``; ``level`` is a logging level name ("debug", "info",
+        "warn", "error").
+        """
+        chain.pending_warnings.append(
+            SamplerWarning(kind, f"{type(self).__name__}: {message}", level, chain.iteration)
+        )
 
     # Tail jumps (core/tail_jumps.py): with tail_jumps="auto", a chain whose posterior has
     # tails its tuning barely explored gets _tail_jump_probability of its draws as
@@ -358,11 +398,13 @@ class SurrogateStep(ArrayStepShared):
         )
         if check.worthwhile:
             chain.tail_jump_probability = self._tail_jump_probability
-            _log.info(
-                f"{type(self).__name__}: heavy tails (posterior mass {check.mass_beyond:.1g} "
-                "beyond three times the 95th-percentile distance of the tuning states); "
-                f"{self._tail_jump_probability:.0%} of the draws are tail jumps (stat "
-                f"`tail_jump`), accepted about {check.acceptance:.0%} of the time."
+            self._warn(
+                chain, WarningType.CONVERGENCE,
+                f"heavy tails (posterior mass {check.mass_beyond:.1g} beyond three times the "
+                "95th-percentile distance of a chain's tuning states); "
+                f"{self._tail_jump_probability:.0%} of that chain's draws are tail jumps (stat "
+                f"`tail_jump`), accepted about {check.acceptance:.0%} of the time.",
+                level="info",
             )
 
     def _jumps_now(self, chain: ChainState) -> bool:
@@ -440,6 +482,15 @@ class SurrogateStep(ArrayStepShared):
                 "debug",
                 chain.iteration,
             )
+        if chain.pending_warnings:
+            # One warning a draw; a divergence is still counted by the `diverging` stat.
+            warning = chain.pending_warnings.popleft()
+        # The exact exploration kernel where a surrogate should have moved the chain: in the
+        # draws, while a stuck surrogate is set aside, or after a failed fit (not the
+        # planned exploration before the first fit).
+        fallback = exploring and (
+            chain.frozen or chain.paused or chain.last_fit_error is not None
+        )
         stats = {
             "accept": info.accept_prob,
             "accepted": float(info.accepted),
@@ -456,6 +507,7 @@ class SurrogateStep(ArrayStepShared):
             "total_gradient_evals": chain.total_grad_evals,
             "training_size": len(chain.training),
             "uses_surrogate": not (exploring or jumping),
+            "fallback": fallback,
             "tail_jump": jumping,
             "surrogate_fits": chain.n_fits,
             "diverging_total": chain.draw_divergences,
@@ -713,9 +765,16 @@ class SurrogateStep(ArrayStepShared):
             # Try again on the refit schedule, not at every iteration.
             chain.last_fit_iteration = chain.iteration + 1
             chain.accept_since_fit = []
-            warnings.warn(f"{type(self).__name__}: surrogate fit failed ({err}); keeping the "
-                          "previous kernel.", UserWarning, stacklevel=3)
+            chain.last_fit_error = f"{type(err).__name__}: {err}"
+            if not final:  # stop_tuning reports the outcome of the final fit
+                self._warn(
+                    chain, WarningType.BAD_PARAMS,
+                    f"surrogate fit failed at tuning iteration {chain.iteration} ({err}); "
+                    "keeping the previous kernel and retrying later.",
+                    level="debug",
+                )
             return
+        chain.last_fit_error = None
         if chain.surrogate is None:
             chain.surrogate_start = chain.iteration
         chain.last_fit_iteration = chain.iteration + 1

@@ -110,8 +110,11 @@ class SurrogateHMC(SurrogateStep):
     (the leapfrog's error on the surrogate), ``step_size``, ``n_steps`` (leapfrog steps on
     the surrogate), ``model_logp``, ``model_evals`` / ``gradient_evals`` (this iteration),
     ``total_model_evals`` / ``total_gradient_evals`` (this chain so far, tuning included),
-    ``training_size``, ``uses_surrogate``, ``tail_jump`` (the draw was a tail jump),
-    ``surrogate_fits``, ``divergences``.
+    ``training_size``, ``uses_surrogate``, ``fallback`` (the exact exploration kernel ran
+    where a surrogate should have: tuning too short, failed fits, or a surrogate that stopped
+    moving the chain), ``tail_jump`` (the draw was a tail jump), ``surrogate_fits``,
+    ``diverging_total``, and ``warning``: the step's warnings, which PyMC logs in the main
+    process with any ``cores`` (a ``warnings.warn`` in a worker process would be lost).
     """
 
     name = "surrogate_hmc"

@@ -9,6 +9,8 @@ a setting for which such a value is legal goes in :data:`LEGAL`.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -16,9 +18,7 @@ import pytest
 from tests.reliability.helpers import (
     assert_healthy,
     assert_moments,
-    recorded_warnings,
     sample,
-    warning_messages,
 )
 from tests.reliability.registry import STEPS, init_parameters
 
@@ -148,15 +148,18 @@ def test_non_finite_start_is_named(step):
             sample(step(), chains=1, tune=5, draws=5)
 
 
-def test_no_tuning_warns_and_stays_exact(step):
-    # tune=0: no data to fit a surrogate from. The step must say so and fall back to an
-    # exact kernel.
+def test_no_tuning_warns_and_stays_exact(step, caplog):
+    # tune=0: no data to fit a surrogate from. The step must say so (through its `warning`
+    # stat, which PyMC logs) and fall back to an exact kernel.
     with pm.Model():
         pm.Normal("x", 0.0, 1.0, shape=2)
         s = step()
-        with recorded_warnings() as caught:
+        with caplog.at_level(logging.WARNING, logger="pymc"):
             idata = sample(s, tune=0, draws=1500)
-    assert warning_messages(caught, type(s).__name__)
+    assert [r for r in caplog.records
+            if r.levelno >= logging.WARNING and type(s).__name__ in r.getMessage()
+            and "Increase `tune`" in r.getMessage()]
     assert_healthy(idata)
     assert not idata.sample_stats["uses_surrogate"].values.any()
+    assert idata.sample_stats["fallback"].values.all()
     assert_moments(idata, "x", np.zeros(2), np.ones(2))

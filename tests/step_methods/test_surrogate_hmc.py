@@ -1,3 +1,4 @@
+import logging
 import pickle
 import warnings
 
@@ -219,12 +220,20 @@ def test_exception_in_the_model_names_the_iteration_and_cause():
             pm.sample(step=SurrogateHMC(), **{**SAMPLE, "chains": 1, "draws": 2000, "tune": 500})
 
 
-def test_too_short_tune_warns_and_stays_exact():
+def _pymc_warnings(caplog, contains: str) -> list[str]:
+    """Messages PyMC logged at WARNING or above (its `warning` stats) containing ``contains``."""
+    return [r.getMessage() for r in caplog.records
+            if r.name.startswith("pymc") and r.levelno >= logging.WARNING and contains in r.getMessage()]
+
+
+def test_too_short_tune_warns_and_stays_exact(caplog):
     mean, cov = correlated_gaussian(2, seed=7)
-    with gaussian_model(mean, cov):
-        with pytest.warns(UserWarning, match="too few to fit a surrogate"):
-            idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "tune": 20, "draws": 1500})
+    with gaussian_model(mean, cov), caplog.at_level(logging.WARNING, logger="pymc"):
+        idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "tune": 20, "draws": 1500})
+    # one warning per chain, through the draws' `warning` stat
+    assert len(_pymc_warnings(caplog, "too early to fit a surrogate")) == 2
     assert not bool(idata.sample_stats.uses_surrogate.any())
+    assert bool(idata.sample_stats.fallback.all())
     assert_moments(idata, "x", mean, np.sqrt(np.diag(cov)))
 
 
@@ -246,19 +255,22 @@ class _MisplacedSurrogateHMC(SurrogateHMC):
         return shifted
 
 
-def test_a_surrogate_that_stops_moving_the_chain_is_set_aside():
+def test_a_surrogate_that_stops_moving_the_chain_is_set_aside(caplog):
     mean, cov = correlated_gaussian(2, seed=4)
-    with gaussian_model(mean, cov):
-        with pytest.warns(UserWarning, match="exact exploration kernel"):
-            idata = pm.sample(step=_MisplacedSurrogateHMC(),
-                              **{**SAMPLE, "draws": 2000},
-                              discard_tuned_samples=False)
+    with gaussian_model(mean, cov), caplog.at_level(logging.WARNING, logger="pymc"):
+        idata = pm.sample(step=_MisplacedSurrogateHMC(),
+                          **{**SAMPLE, "draws": 2000},
+                          discard_tuned_samples=False)
+    assert len(_pymc_warnings(caplog, "exact exploration kernel")) == 2
     tune_uses = idata.warmup_sample_stats.uses_surrogate.values
-    # exploration resumes in tune after the surrogate stalls
+    # exploration resumes in tune after the surrogate stalls, and is flagged a fallback
     assert np.all(tune_uses[:, -100:].mean(axis=1) < 0.9)
+    assert np.all(idata.warmup_sample_stats.fallback.values[:, -100:].mean(axis=1) > 0.1)
     uses = idata.sample_stats.uses_surrogate.values
     # a fixed share of exploration steps in the draws, and the draws are still right
     assert np.all(np.abs(1.0 - uses.mean(axis=1) - 0.25) < 0.05)
+    np.testing.assert_array_equal(idata.sample_stats.fallback.values,
+                                  ~uses & ~idata.sample_stats.tail_jump.values)
     assert_moments(idata, "x", mean, np.sqrt(np.diag(cov)))
 
 
