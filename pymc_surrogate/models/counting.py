@@ -36,7 +36,8 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Apply
 from pytensor.gradient import DisconnectedType, disconnected_type
-from pytensor.graph.op import Op
+
+from pymc_surrogate.compat import VJPOp
 
 __all__ = [
     "EvaluationCounter",
@@ -104,7 +105,7 @@ class EvaluationCounter:
         return f"EvaluationCounter(logp={self.logp}, grad={self.grad})"
 
 
-class CountingIdentity(Op):
+class CountingIdentity(VJPOp):
     """Identity Op that counts forward evaluations; its gradient counts backward ones.
 
     ``CountingIdentity(counter)(x)`` returns ``[x, token]``: ``x`` unchanged (a view, no copy)
@@ -153,8 +154,8 @@ class CountingIdentity(Op):
     def connection_pattern(self, node):
         return [[True, False]]
 
-    def L_op(self, inputs, outputs, output_grads):
-        g = output_grads[0]
+    def vjp(self, inputs, outputs, cotangents):
+        g = cotangents[0]
         if isinstance(g.type, DisconnectedType):
             return [g]
         return [CountingGradIdentity(self.counter)(g, outputs[1])]
@@ -163,7 +164,7 @@ class CountingIdentity(Op):
         return "CountingIdentity"
 
 
-class CountingGradIdentity(Op):
+class CountingGradIdentity(VJPOp):
     """Identity on a gradient that counts one backward pass per forward token.
 
     Parameters
@@ -196,9 +197,9 @@ class CountingGradIdentity(Op):
     def connection_pattern(self, node):
         return [[True], [False]]
 
-    def grad(self, inputs, output_grads):
+    def vjp(self, inputs, outputs, cotangents):
         # Higher derivatives pass through uncounted.
-        return [output_grads[0], disconnected_type()]
+        return [cotangents[0], disconnected_type()]
 
     def __str__(self) -> str:
         return "CountingGradIdentity"

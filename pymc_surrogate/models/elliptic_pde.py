@@ -70,8 +70,9 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from pytensor.gradient import grad_not_implemented
 from pytensor.graph.basic import Apply
-from pytensor.graph.op import Op
 from scipy.sparse.linalg import splu
+
+from pymc_surrogate.compat import VJPOp
 
 __all__ = [
     "KLBasis",
@@ -692,7 +693,7 @@ def make_data(
 
 
 # ----------------------------------------------------------------- PyTensor
-class PDEForwardOp(Op):
+class PDEForwardOp(VJPOp):
     """Black-box Op ``theta (d,) -> u_obs (n_obs,)`` with no gradient.
 
     ``pytensor.grad`` through this Op raises ``NullTypeGradError`` -- the
@@ -721,7 +722,7 @@ class PDEForwardOp(Op):
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: list) -> list:
         return [(self.problem.n_obs,)]
 
-    def grad(self, inputs: list, output_grads: list) -> list:
+    def vjp(self, inputs: list, outputs: list, cotangents: list) -> list:
         return [
             grad_not_implemented(
                 self, 0, inputs[0], "black-box PDE forward model: no gradient available"
@@ -732,7 +733,7 @@ class PDEForwardOp(Op):
         return f"{type(self).__name__}{{d={self.problem.n_modes}, n={self.problem.mesh_size}}}"
 
 
-class PDEVJPOp(Op):
+class PDEVJPOp(VJPOp):
     """Op ``(theta, cotangent) -> J(theta)^T cotangent`` by the adjoint method.
 
     Every ``perform`` increments ``problem.n_adjoint``; it reuses the LU
@@ -754,7 +755,7 @@ class PDEVJPOp(Op):
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: list) -> list:
         return [(self.problem.n_modes,)]
 
-    def grad(self, inputs: list, output_grads: list) -> list:
+    def vjp(self, inputs: list, outputs: list, cotangents: list) -> list:
         return [
             grad_not_implemented(self, 0, inputs[0], "second derivatives not implemented"),
             grad_not_implemented(self, 1, inputs[1], "second derivatives not implemented"),
@@ -764,8 +765,8 @@ class PDEVJPOp(Op):
 class PDEForwardAdjointOp(PDEForwardOp):
     """Forward Op whose gradient is the adjoint :class:`PDEVJPOp` (NUTS-ready)."""
 
-    def grad(self, inputs: list, output_grads: list) -> list:
-        return [PDEVJPOp(self.problem)(inputs[0], output_grads[0])]
+    def vjp(self, inputs: list, outputs: list, cotangents: list) -> list:
+        return [PDEVJPOp(self.problem)(inputs[0], cotangents[0])]
 
 
 # -------------------------------------------------------------------- model
