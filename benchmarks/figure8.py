@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import model_has_gradient, reference_moments  # noqa: E402
 from pymc_surrogate import AdaptiveSurrogateHMC, SurrogateHMC  # noqa: E402
+from pymc_surrogate.compat import posterior_dataset  # noqa: E402
 from pymc_surrogate.models import MODELS  # noqa: E402
 
 SAMPLERS = {"AdaptiveSurrogateHMC": AdaptiveSurrogateHMC, "SurrogateHMC": SurrogateHMC, "NUTS": None}
@@ -42,11 +43,11 @@ def trace_curve(name, step_cls, model, ref_mean, tune, draws, seed):
         idata = pm.sample(draws=draws, tune=tune, chains=1, cores=1, random_seed=seed,
                           step=step_cls() if step_cls else None, progressbar=False,
                           discard_tuned_samples=False, compute_convergence_checks=False)
-    parts = [idata.warmup_posterior, idata.posterior]
+    parts = [posterior_dataset(idata, g) for g in ("warmup_posterior", "posterior")]
     samples = np.concatenate(
         [np.concatenate([p[v].values[0].reshape(p[v].shape[1], -1) for v in p.data_vars], 1) for p in parts]
     )
-    stats = [idata.warmup_sample_stats, idata.sample_stats]
+    stats = [posterior_dataset(idata, g) for g in ("warmup_sample_stats", "sample_stats")]
     evals = np.cumsum(np.concatenate([evaluations_per_iteration(s) for s in stats]))
     seconds = np.cumsum(np.concatenate([s["perf_counter_diff"].values[0] for s in stats]))
     running = np.cumsum(samples, 0) / np.arange(1, len(samples) + 1)[:, None]

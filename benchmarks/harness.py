@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pymc_surrogate.compat import posterior_dataset
+
 __all__ = [
     "COLUMNS",
     "DEFAULTS",
@@ -334,7 +336,7 @@ def _nuts_reference(
             quiet=True,
             compute_convergence_checks=False,
         )
-    post = idata.posterior[names]
+    post = posterior_dataset(idata)[names]
     mean = {k: post[k].mean(("chain", "draw")).values for k in names}
     sd = {k: post[k].std(("chain", "draw")).values for k in names}
     mcse_ds = az.mcse(post, method="mean")
@@ -591,14 +593,14 @@ def run_one(
         )
     t_end = time.perf_counter()
     row: dict[str, Any] = recorder.summary(t_end)
-    post = idata.posterior[names]
+    post = posterior_dataset(idata)[names]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # short smoke chains make ArviZ complain
         ess_bulk = _min_over(az.ess(post, method="bulk"))
         ess_tail = _min_over(az.ess(post, method="tail"))
         rhat = _max_over(az.rhat(post)) if chains > 1 else float("nan")
         errors = _posterior_errors(post, names, reference)
-    stats = idata.sample_stats
+    stats = posterior_dataset(idata, "sample_stats")
     n_evals = row["n_logp"] + row["n_grad"]
     row.update(
         dim=int(sum(int(np.prod(post[k].shape[2:])) for k in names)),

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     import pymc as pm
 
     import pymc_surrogate
+    from pymc_surrogate.compat import posterior_dataset
     from tests.reliability import helpers
     from tests.reliability.test_exactness import (
         HEAVY_TAIL_RUNS,
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = json.loads(args.kwargs)
     cls = getattr(pm, args.sampler, None) or pymc_surrogate.STEP_METHODS[args.sampler]
     idata = pooled_student_t_runs(lambda: cls(**settings))
-    x = idata.posterior["t"].values
+    x = posterior_dataset(idata)["t"].values
     print(f"{args.sampler} {settings}: {HEAVY_TAIL_RUNS} runs x 2 chains x 2000 draws, "
           f"seeds {helpers.SEED}-{helpers.SEED + HEAVY_TAIL_RUNS - 1}")
     for prob in TAIL_PROBABILITIES:

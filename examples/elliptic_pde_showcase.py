@@ -66,6 +66,7 @@ if str(_REPO) not in sys.path:  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(_REPO))
 
 from benchmarks.harness import _PhaseRecorder, load_step_registry  # noqa: E402
+from pymc_surrogate.compat import posterior_dataset  # noqa: E402
 from pymc_surrogate.models.elliptic_pde import PDEModelInfo, make_pde_model  # noqa: E402
 
 __all__ = ["parse_args", "main", "run_sampler", "comparison_table", "SamplerResult"]
@@ -265,7 +266,7 @@ def run_sampler(
     )
 
     n_forward, n_adjoint = _solves(info)
-    posterior = idata.posterior
+    posterior = posterior_dataset(idata)
     names = [rv.name for rv in model.free_RVs]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # short chains make ArviZ complain
@@ -303,10 +304,10 @@ def _add_mean_errors(results: list[SamplerResult], reference: SamplerResult | No
     """max_k |mean_k - NUTS mean_k| / NUTS sd_k, in NUTS sds (NaN without a NUTS run)."""
     if reference is None:
         return
-    ref = reference.idata.posterior
+    ref = posterior_dataset(reference.idata)
     names = [str(v) for v in ref.data_vars]
     for result in results:
-        post = result.idata.posterior
+        post = posterior_dataset(result.idata)
         errors = []
         for n in names:
             mean = post[n].mean(("chain", "draw")).values
@@ -391,13 +392,16 @@ def _stuck_note(result: SamplerResult) -> str:
 
 def plot_trace(result: SamplerResult, path: Path, n_modes: int = 4) -> None:
     """Trace and marginal posteriors of the first KL modes."""
-    post = result.idata.posterior
-    k = min(n_modes, post["theta"].shape[-1])
-    axes = az.plot_trace(
-        result.idata, var_names=["theta"], coords={"theta_dim_0": list(range(k))},
-        compact=False, figsize=(10, 1.8 * k),
-    )
-    fig = np.asarray(axes).ravel()[0].figure
+    theta = posterior_dataset(result.idata)["theta"].values  # (chain, draw, mode)
+    k = min(n_modes, theta.shape[-1])
+    # Plain matplotlib: ArviZ 0.x and 1.x share no plot_trace signature.
+    fig, axes = plt.subplots(k, 2, figsize=(10, 1.8 * k), squeeze=False)
+    for mode, (left, right) in enumerate(axes):
+        for chain in theta:
+            left.hist(chain[:, mode], bins=40, density=True, histtype="step")
+            right.plot(chain[:, mode], lw=0.5)
+        left.set_ylabel(f"theta[{mode}]")
+    axes[-1, 1].set_xlabel("draw")
     fig.suptitle(f"{result.name}: first {k} KL modes (chains in colour){_stuck_note(result)}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -406,7 +410,7 @@ def plot_trace(result: SamplerResult, path: Path, n_modes: int = 4) -> None:
 
 def plot_field(result: SamplerResult, info: PDEModelInfo, path: Path) -> None:
     """True log-diffusivity next to the posterior mean and sd fields of one sampler."""
-    theta = result.idata.posterior["theta"].values.reshape(-1, info.problem.n_modes)
+    theta = posterior_dataset(result.idata)["theta"].values.reshape(-1, info.problem.n_modes)
     gx, gy = np.meshgrid(info.grid, info.grid, indexing="xy")
     design = info.problem.basis.design_matrix(np.column_stack([gx.ravel(), gy.ravel()]))
     shape = gx.shape

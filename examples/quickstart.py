@@ -15,6 +15,7 @@ import pymc as pm
 from threadpoolctl import threadpool_limits
 
 from pymc_surrogate import SurrogateHMC
+from pymc_surrogate.compat import posterior_dataset
 from pymc_surrogate.models import make_logistic_regression
 
 
@@ -26,11 +27,12 @@ def run(label, model, info, step_factory, draws, tune, seed):
                           step=step_factory(), progressbar=False,
                           compute_convergence_checks=False)
         seconds = time.perf_counter() - start
-    ess = float(az.ess(idata).to_array().min())
+    posterior = posterior_dataset(idata)  # InferenceData (ArviZ 0.x) or DataTree (ArviZ 1)
+    ess = float(az.ess(posterior).to_array().min())
     evals = info.counter.logp
     return dict(sampler=label, seconds=seconds, logp_evals=evals, grad_evals=info.counter.grad,
                 min_ess=ess, evals_per_ess=evals / ess, ess_per_s=ess / seconds,
-                max_rhat=float(az.rhat(idata).to_array().max()))
+                max_rhat=float(az.rhat(posterior).to_array().max()))
 
 
 def main() -> None:
