@@ -202,6 +202,8 @@ class SurrogateStep(ArrayStepShared):
             initial_point = model.initial_point()
         self._model = model
         self.functions = ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs)
+        # (name, shape) of each value variable in the raveled q, for error messages
+        self._layout = [(v.name, np.shape(initial_point[v.name])) for v in vars]
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self.target_accept = target_accept
         self.path_length = path_length
@@ -543,7 +545,7 @@ class SurrogateStep(ArrayStepShared):
     ) -> ChainPoint:
         """Evaluate the true model at ``q``, count it, and keep it as training data (unless
         ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's)."""
-        q = np.array(q, dtype=np.float64)
+        q = self.functions.representable(q)
         try:
             if with_grad:
                 logp, grad = self.functions.logp_and_grad(q)
@@ -556,10 +558,22 @@ class SurrogateStep(ArrayStepShared):
             raise ModelEvaluationError(
                 f"{type(self).__name__}: the model's logp raised at sampler iteration "
                 f"{chain.iteration} ({'tune' if self.tune else 'draw'} phase) "
-                f"at q = {np.array2string(q, precision=4, threshold=8)}: "
+                f"at {self._describe(q)}: "
                 f"{type(err).__name__}: {err}"
             ) from err
         chain.total_logp_evals += 1
+        if potential == -np.inf:
+            # Accepted, such a point would absorb the chain: every proposal loses against it.
+            raise SamplingError(
+                f"{type(self).__name__}: the model's logp is +inf at {self._describe(q)} "
+                f"(sampler iteration {chain.iteration}, {'tune' if self.tune else 'draw'} "
+                "phase; values of the model's value variables, transformed ones in their "
+                "unconstrained space). An infinite density cannot be sampled: the chain "
+                "would stay at that point forever. It usually comes from a pm.Potential or a "
+                "custom logp returning +inf (e.g. -log(0)) or a density unbounded at a "
+                "boundary. Make the model's logp finite there (model.point_logps() at these "
+                "values shows which term is infinite)."
+            )
         if np.isnan(potential):
             potential = np.inf  # NaN logp is a rejection, like -inf
         point = ChainPoint(q, potential, grad_u)
@@ -567,6 +581,16 @@ class SurrogateStep(ArrayStepShared):
             chain.training.append(q, potential, grad_u, self.context.values())
             self._on_evaluation(chain, point)
         return point
+
+    def _describe(self, q: np.ndarray) -> str:
+        """``q`` split into the step's variables, e.g. ``"x = [0.1 2.3], s_log__ = -1.2"``."""
+        parts, start = [], 0
+        for name, shape in self._layout:
+            size = int(np.prod(shape, dtype=int))
+            value = np.reshape(q[start:start + size], shape)
+            parts.append(f"{name} = {np.array2string(np.asarray(value), precision=4, threshold=8)}")
+            start += size
+        return ", ".join(parts)
 
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
         """Hook: a new finite model evaluation was added to the training set."""

@@ -39,6 +39,15 @@ class ModelFunctions:
         compile_kwargs = dict(compile_kwargs or {})
         self.shared = make_shared_replacements(initial_point, vars, model)
         [logp], joined = join_nonshared_inputs(initial_point, [model.logp()], vars, self.shared)
+        # The block's values in the model's own precision (float32 under
+        # pytensor.config.floatX="float32"): the compiled functions trust their input, so
+        # every call casts to it (see ``representable``).
+        self.dtype = np.dtype(joined.dtype)
+        if self.dtype.kind != "f":
+            raise TypeError(
+                f"The step's variables {', '.join(v.name for v in vars)} join into a {self.dtype} "
+                "vector; a surrogate step samples floating-point variables only."
+            )
         self._logp = compile_pymc([joined], logp, **compile_kwargs)
         self._logp.trust_input = True
 
@@ -59,14 +68,37 @@ class ModelFunctions:
 
     @staticmethod
     def _try_gradient(logp, joined):
+        """The symbolic gradient, or None if an Op of the model has none.
+
+        Only PyTensor's "no gradient" errors mean a black box: ``NotImplementedError`` (the
+        default ``Op.grad``) and ``NullTypeGradError`` (a gradient marked undefined or
+        unimplemented). Every other error from ``pytensor.grad`` is a broken gradient (the
+        other ``TypeError``: an Op's ``grad`` returning None, an integer or a
+        non-Variable): sampling the model as a black box would hide it, so it is raised,
+        with the way out.
+        """
         try:
             return pytensor.grad(logp, joined)
-        except (NotImplementedError, NullTypeGradError, TypeError):
+        except (NotImplementedError, NullTypeGradError):
             return None
+        except TypeError as err:
+            raise TypeError(
+                f"PyTensor could not build the gradient of the model's logp: {err} "
+                "An Op's gradient is broken (this is not the 'no gradient' case, which is "
+                "an Op.grad raising NotImplementedError or returning grad_undefined). Fix "
+                "that Op's grad, or pass use_gradient=False to sample the model as a black box."
+            ) from err
+
+    def representable(self, q: np.ndarray) -> np.ndarray:
+        """``q`` as float64, rounded to the model's precision: the point the compiled
+        functions actually evaluate, so that the chain's state and its logp agree."""
+        if self.dtype == np.float64:
+            return np.array(q, dtype=np.float64)
+        return np.asarray(q, dtype=self.dtype).astype(np.float64)
 
     def logp(self, q: np.ndarray) -> float:
-        return float(self._logp(q))
+        return float(self._logp(np.asarray(q, dtype=self.dtype)))
 
     def logp_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
-        logp, grad = self._logp_and_grad(q)
+        logp, grad = self._logp_and_grad(np.asarray(q, dtype=self.dtype))
         return float(logp), np.asarray(grad, dtype=np.float64)

@@ -163,3 +163,85 @@ def test_no_tuning_warns_and_stays_exact(step, caplog):
     assert not idata.sample_stats["uses_surrogate"].values.any()
     assert idata.sample_stats["fallback"].values.all()
     assert_moments(idata, "x", np.zeros(2), np.ones(2))
+
+
+# ------------------------------------------------------------- infinite density
+def test_infinite_logp_at_a_proposal_is_named(step):
+    # logp = +inf past x = 1.5: accepted, such a point would absorb the chain (every
+    # proposal loses against it). It must stop sampling with the values and the fix.
+    import pytensor.tensor as pt
+    from pymc.exceptions import SamplingError
+
+    with pm.Model():
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.Potential("spike", pt.switch(pt.gt(x[0], 1.5), np.inf, 0.0))
+        with pytest.raises(SamplingError, match=r"(?s)logp is \+inf at x = \[.*finite"):
+            sample(step(), chains=1, tune=300, draws=300)
+
+
+# ----------------------------------------------------------------- precision
+def test_float32_model_samples_in_its_own_precision(step):
+    import pytensor
+
+    with pytensor.config.change_flags(floatX="float32"):
+        with pm.Model():
+            pm.Normal("x", 1.0, 2.0, shape=2)
+            s = step()
+            idata = sample(s, tune=500, draws=1000)
+    assert idata.posterior["x"].dtype == np.float32
+    assert_healthy(idata)
+    # the chain's states are float32 values: the draw's logp is reused, not re-evaluated
+    assert idata.sample_stats["model_evals"].values.max() <= 1
+    assert_moments(idata, "x", np.ones(2), np.full(2, 2.0))
+
+
+# ------------------------------------------------------------------ gradients
+def _op_with_grad(grad):
+    """``-x^2 / 2`` summed, as an Op whose ``grad`` is ``grad(inputs, output_grads)``."""
+    import pytensor.tensor as pt
+    from pytensor.graph.basic import Apply
+    from pytensor.graph.op import Op
+
+    class Custom(Op):
+        __props__ = ()
+
+        def make_node(self, x):
+            return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+        def perform(self, node, inputs, outputs):
+            outputs[0][0] = np.asarray(-0.5 * np.sum(inputs[0] ** 2))
+
+    Custom.grad = lambda self, inputs, output_grads: grad(inputs, output_grads)
+    return Custom()
+
+
+def _not_implemented(inputs, output_grads):
+    raise NotImplementedError("no gradient")
+
+
+def _undefined(inputs, output_grads):
+    from pytensor.gradient import grad_undefined
+
+    return [grad_undefined(None, 0, inputs[0], "no gradient")]
+
+
+def _returns_none(inputs, output_grads):
+    return [None]  # a bug: PyTensor asks for grad_undefined or zeros
+
+
+@pytest.mark.parametrize("grad", [_not_implemented, _undefined], ids=["not_implemented", "undefined"])
+def test_an_op_without_gradient_is_a_black_box(step, grad):
+    with pm.Model():
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        pm.Potential("lik", _op_with_grad(grad)(x))
+        assert not step().has_gradient
+
+
+def test_a_broken_gradient_is_not_taken_for_a_black_box(step):
+    with pm.Model():
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        pm.Potential("lik", _op_with_grad(_returns_none)(x))
+        with pytest.raises(TypeError, match=r"(?s)returned None.*use_gradient=False"):
+            step()
+        # the way out the message gives works
+        assert not step(use_gradient=False).has_gradient
