@@ -2,8 +2,7 @@
 
 A test that takes ``step`` runs once per entry of ``registry.STEPS`` (every class in
 ``pymc_surrogate.STEP_METHODS``, default settings); one that takes ``exact_step`` once per
-entry of ``registry.EXACTNESS_STEPS`` (also the non-default variants). Known bugs from
-``registry.KNOWN_BUGS`` become strict xfails of exactly the affected test ids.
+entry of ``registry.EXACTNESS_STEPS`` (also the non-default variants).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.registry import EXACTNESS_STEPS, KNOWN_BUGS, STEPS
+from tests.reliability.registry import EXACTNESS_STEPS, STEPS
 
 RESULTS_DIR = Path(__file__).parent / "results"
 
@@ -22,15 +21,6 @@ def pytest_generate_tests(metafunc):
     for argname, entries in (("step", STEPS), ("exact_step", EXACTNESS_STEPS)):
         if argname in metafunc.fixturenames:
             metafunc.parametrize(argname, entries, ids=[e.id for e in entries])
-
-
-@pytest.fixture(autouse=True)
-def _known_bugs(request):
-    key = f"{Path(request.node.fspath).stem}::{request.node.name}"
-    reason = KNOWN_BUGS.get(key)
-    if reason is not None:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-    yield
 
 
 @pytest.fixture(autouse=True)

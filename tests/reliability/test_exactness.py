@@ -1,9 +1,9 @@
 """Exactness on posteriors known in closed form or by quadrature.
 
-Every tolerance is a multiple of ArviZ's Monte Carlo standard error (``az.mcse``), the
-multiple set by a Bonferroni bound over the comparisons a test makes (``helpers.n_sigma``,
-family-wise false-alarm rate 1e-3); R-hat below the limit its chi-square law sets at the
-check's ESS (``helpers.rhat_limit``) on top. Runs once per entry of
+Every tolerance is a multiple of the Monte Carlo standard error, from each chain's own
+ESS and combined over chains (``helpers.check_moments``), the multiple set by a Bonferroni
+bound over the comparisons a test makes (family-wise false-alarm rate 1e-3); the chains'
+means and sds must also agree (a chi-square test with a fixed limit). Runs once per entry of
 ``registry.EXACTNESS_STEPS`` (every step method with its default settings, plus variants
 such as ``SurrogateHMC(correction="hamiltonian")``).
 """
@@ -18,14 +18,13 @@ from scipy import stats as sps
 
 from pymc_surrogate.models import make_banana
 from tests.conftest import correlated_gaussian, gaussian_model
-from tests.reliability.registry import accepts, init_parameters
 from tests.reliability.helpers import (
     SEED,
     BlackBoxLogp,
-    add_variable,
     assert_gaussian,
     assert_healthy,
     assert_moments,
+    check_moments,
     make_step_or_skip,
     sample,
 )
@@ -178,35 +177,22 @@ def tail_indicator(x: np.ndarray, prob: float) -> np.ndarray:
     return (np.abs(x) > sps.t.isf(prob / 2, HEAVY_TAIL_NU)).astype(float)
 
 
+def check_tail_frequencies(x: np.ndarray) -> list:
+    """``helpers.check_moments`` of the two-sided 20% and 2% tail indicators of draws ``x``
+    (chain, draw, d) of the Student-t(``HEAVY_TAIL_NU``), each at family rate 5e-4."""
+    dim = x.shape[-1]
+    return [check_moments(tail_indicator(x, prob), np.full(dim, prob),
+                          np.full(dim, np.sqrt(prob * (1 - prob))), family_alpha=1e-3 / 2)
+            for prob in TAIL_PROBABILITIES]
+
+
 def assert_tail_frequencies(idata) -> None:
     """The two-sided 20% and 2% tail frequencies of ``t`` against their MCSE."""
-    x = idata.posterior["t"].values
-    dim = x.shape[-1]
-    for prob in TAIL_PROBABILITIES:
-        name = f"tail_{prob:g}"
-        add_variable(idata, name, tail_indicator(x, prob))
-        assert_moments(idata, name, np.full(dim, prob), np.full(dim, np.sqrt(prob * (1 - prob))),
-                       family_alpha=1e-3 / 2)
+    for prob, check in zip(TAIL_PROBABILITIES, check_tail_frequencies(idata.posterior["t"].values)):
+        assert check.passed, check.report(f"tail_{prob:g}")
 
 
-# ------------------------------------------------------------ approximate modes
-def test_approximate_mode_is_flagged(step):
-    """``exact=False`` (VariationalHMC's free-form mode, SparseGridHMC's GHMC-complete)
-    must warn when chosen, and leave a mark on the result: ``step.exact is False`` or a
-    per-draw stat (``exact`` all False, or ``approximate`` all True). The default must be
-    exact."""
-    if not accepts(step.cls, "exact"):
-        pytest.skip(f"{step.id} has no approximate mode (no `exact` setting)")
-    assert init_parameters(step.cls)["exact"].default is True
-    mean, cov = correlated_gaussian(2, seed=7)
-    with gaussian_model(mean, cov):
-        with pytest.warns(UserWarning, match=r"(?i)approximat|not exact|exact=False"):
-            approximate = step(exact=False)
-        idata = sample(approximate, chains=1, tune=300, draws=100)
-        default = step()
-    stats = idata.sample_stats
-    marked_by_stat = ("exact" in stats and not bool(stats["exact"].values.any())) or (
-        "approximate" in stats and bool(stats["approximate"].values.all())
-    )
-    assert getattr(approximate, "exact", None) is False or marked_by_stat
-    assert getattr(default, "exact", True) is not False
+# The test that approximate modes (``exact=False``) warn and leave a mark on the result
+# (``test_approximate_mode_is_flagged``) was removed: no step method has an ``exact``
+# setting today, so it was skipped for every entry. VariationalHMC and SparseGridHMC
+# (docs/GUIDE §1) bring it back, parametrised over the entries that accept ``exact``.

@@ -217,21 +217,19 @@ def test_degenerate_data_never_yields_nan(step, case, black_box):
 
 @pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
 @pytest.mark.parametrize("case", CASES)
-def test_degenerate_data_right_or_flagged(step, case, black_box):
-    """Full run: the draws recover the posterior, or the sampler says something is wrong
-    (divergent draws, or a warning from the step). A chain that silently stops moving
-    fails this test."""
+def test_degenerate_data_right(step, case, black_box):
+    """Full run: the draws recover the posterior, whatever the sampler said on the way.
+
+    A warning ("correct but slower", a fallback) or divergent draws do not excuse wrong
+    draws: an exact sampler that warns is still exact, so the moments are always checked
+    (an earlier version skipped them whenever the step warned)."""
     model, var, mean, sd = DEGENERATE[case]()
     with model:
         s = make_step_or_skip(step, use_gradient=False if black_box else None)
-        with recorded_warnings() as caught:
+        with recorded_warnings():
             idata = sample(s, tune=600)
     assert_healthy(idata)
-    flagged = bool(idata.sample_stats["diverging"].values.any()) or bool(
-        warning_messages(caught, type(s).__name__)
-    )
-    if not flagged:
-        assert_moments(idata, var, mean, sd)
+    assert_moments(idata, var, mean, sd)
 
 
 def test_rough_potential_stays_exact(step):

@@ -1,0 +1,57 @@
+"""Deliberately broken samplers, for the power tests (``test_power.py``, ``power_table.py``).
+
+Each one is a way a surrogate sampler can go wrong that a reliability check must catch:
+
+* :func:`no_metropolis_correction`: every surrogate proposal accepted, so the chain samples
+  the surrogate's density instead of the posterior (the bug an "exact" surrogate sampler
+  must not have);
+* :func:`shift_one_chain`: one chain offset by a fraction of the posterior sd (a chain
+  stuck in, or biased towards, one part of the posterior);
+* :func:`shrink`: draws too concentrated (sd a fraction too small), as from a sampler
+  that misses the tails.
+
+The last two post-process real draws, so the broken sampler is exactly a correct one plus
+the defect.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+__all__ = ["no_metropolis_correction", "shift_one_chain", "shrink"]
+
+
+@contextmanager
+def no_metropolis_correction():
+    """Within the block, the surrogate-transition correction accepts every proposal.
+
+    Patches the log acceptance ratio of ``core.transitions.surrogate_transition`` (the
+    default ``correction="surrogate_transition"`` of SurrogateHMC and AdaptiveSurrogateHMC)
+    to ``+inf``; the inner HMC moves on the surrogate keep their own Metropolis test, so
+    the chain targets the surrogate density exactly. In-process only: sample with
+    ``cores=1``.
+    """
+    from pymc_surrogate.core import transitions
+
+    original = transitions.surrogate_transition_log_ratio
+    transitions.surrogate_transition_log_ratio = lambda *args: np.inf
+    try:
+        yield
+    finally:
+        transitions.surrogate_transition_log_ratio = original
+
+
+def shift_one_chain(x: np.ndarray, sd, fraction: float = 0.5) -> np.ndarray:
+    """Draws ``x`` (chain, draw, ...) with the first chain moved by ``fraction * sd``."""
+    x = np.array(x, dtype=float)
+    x[0] += fraction * np.asarray(sd)
+    return x
+
+
+def shrink(x: np.ndarray, factor: float = 0.85) -> np.ndarray:
+    """Draws ``x`` (chain, draw, ...) scaled by ``factor`` about their pooled mean."""
+    x = np.asarray(x, dtype=float)
+    centre = x.mean(axis=(0, 1))
+    return centre + factor * (x - centre)

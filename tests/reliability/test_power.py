@@ -1,0 +1,184 @@
+"""Power tests: each statistical check of the suite flags deliberately broken samplers.
+
+A check that passes a correct sampler proves something only if it fails a wrong one. Each
+check here meets the broken samplers of ``broken.py``: one chain shifted by 0.5 sd, draws
+with an sd 15% too small, no Metropolis correction (every surrogate proposal accepted), and
+tail jumps off on the Student-t(3) target (``slow``). The false-alarm side is the rest of
+the suite (every exactness test is a correct sampler passing) plus the calibration tests
+below. Many-seed rates are measured by ``power_table.py``; docs/reliability.md has the table.
+
+Synthetic chains (AR(1), exact posterior draws) are seeded and cheap; each power test asks
+for a rate well below the measured one (power about 1), so it holds at other seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy import stats
+
+from pymc_surrogate import SurrogateHMC
+from pymc_surrogate.models import make_banana
+from tests.conftest import correlated_gaussian, gaussian_model
+from tests.reliability.broken import no_metropolis_correction, shift_one_chain, shrink
+from tests.reliability.helpers import SEED, check_gaussian, check_moments, sample
+from tests.reliability.power_table import ar1
+from tests.reliability.sbc import ALPHA, N_TESTS, PARAMS, exact_sbc_ranks, rank_tests
+
+
+def _flag_rate(make, check, n: int, seed: int) -> float:
+    """Share of ``n`` draws from ``make(rng)`` that ``check`` fails."""
+    rng = np.random.default_rng([SEED, seed])
+    return float(np.mean([not check(make(rng)) for _ in range(n)]))
+
+
+def _moments_pass(x) -> bool:
+    return check_moments(x, 0.0, 1.0).passed
+
+
+# ------------------------------------------------------------ moment / convergence check
+@pytest.mark.parametrize("phi", [-0.3, 0.8])
+def test_moment_check_false_alarm_rate(phi):
+    """Calibration: at family rate 0.05, correct AR(1) chains (2 x 1000, d = 2, ESS per
+    chain 1900 (antithetic) / 110) fail at most at the binomial 1e-3 bound of 100 trials at
+    5% (``power_table.py`` measures the rate at the suite's 1e-3)."""
+    rate = _flag_rate(lambda r: ar1(r, 2, 1000, 2, phi),
+                      lambda x: check_moments(x, 0.0, 1.0, family_alpha=0.05).passed, 100, 1)
+    assert rate <= stats.binom(100, 0.05).isf(1e-3) / 100, rate
+
+
+def test_moment_check_flags_a_shifted_chain():
+    """One chain of two moved by 0.5 sd (AR(1), phi = 0.5): R-hat's limit at the check's
+    ESS let two chains 0.6 sd apart pass; the chain-means test does not."""
+    rate = _flag_rate(lambda r: shift_one_chain(ar1(r, 2, 1000, 2, 0.5), 1.0, 0.5),
+                      _moments_pass, 50, 2)
+    assert rate >= 0.9, rate
+
+
+def test_moment_check_flags_one_shifted_chain_of_sixteen():
+    """The heavy-tail test's shape: 16 chains x 2000 draws, ESS about 100 per chain."""
+    rate = _flag_rate(lambda r: shift_one_chain(ar1(r, 16, 2000, 3, 0.9), 1.0, 0.5),
+                      _moments_pass, 10, 3)
+    assert rate >= 0.8, rate
+
+
+def test_moment_check_flags_a_too_small_sd():
+    rate = _flag_rate(lambda r: shrink(ar1(r, 2, 1000, 2, 0.5), 0.85), _moments_pass, 50, 4)
+    assert rate >= 0.9, rate
+
+
+def test_moment_check_flags_a_stuck_chain():
+    x = ar1(np.random.default_rng([SEED, 5]), 2, 1000, 2, 0.5)
+    x[1] = x[1, 0]
+    assert check_moments(x, 0.0, 1.0).failures == ("a chain never moved",)
+
+
+def test_moment_check_flags_no_metropolis_correction():
+    """SurrogateHMC accepting every surrogate proposal on the banana (where the surrogate
+    is only approximate) samples the wrong law; the exactness test's check sees it. (A
+    short run: the broken chains go wrong within a few hundred draws.)"""
+    model, info = make_banana()
+    with model, no_metropolis_correction():
+        idata = sample(SurrogateHMC(), tune=200, draws=300)
+    check = check_moments(idata.posterior["beta"].values, info.ref_mean["beta"],
+                          info.ref_sd["beta"])
+    assert not check.passed, check.report("beta")
+
+
+# ------------------------------------------------------------------- Gaussian check
+@pytest.fixture(scope="module")
+def gaussian_draws():
+    """Real SurrogateHMC draws of a correlated d = 2 Gaussian, and its mean and cov."""
+    mean, cov = correlated_gaussian(2, seed=2, condition=10.0)
+    with gaussian_model(mean, cov):
+        idata = sample(SurrogateHMC())
+    return idata.posterior["x"].values, mean, cov
+
+
+def _gaussian_pass(x, mean, cov) -> bool:
+    return all(c.passed for c in check_gaussian(x, mean, cov))
+
+
+def test_gaussian_check_passes_the_real_draws(gaussian_draws):
+    x, mean, cov = gaussian_draws
+    assert _gaussian_pass(x, mean, cov)
+
+
+def test_gaussian_check_flags_a_shifted_chain(gaussian_draws):
+    x, mean, cov = gaussian_draws
+    assert not _gaussian_pass(shift_one_chain(x, np.sqrt(np.diag(cov)), 0.5), mean, cov)
+
+
+def test_gaussian_check_flags_a_too_small_sd(gaussian_draws):
+    x, mean, cov = gaussian_draws
+    assert not _gaussian_pass(shrink(x, 0.85), mean, cov)
+
+
+def test_gaussian_check_flags_a_wrong_correlation():
+    """Right marginals, correlation of the wrong sign: only the eigen-coordinates see it."""
+    mean, cov = correlated_gaussian(2, seed=2, condition=10.0)
+    flipped = cov * np.array([[1.0, -1.0], [-1.0, 1.0]])
+    rate = _flag_rate(lambda r: mean + ar1(r, 2, 1000, 2, 0.5) @ np.linalg.cholesky(flipped).T,
+                      lambda x: all(c.passed for c in check_gaussian(x, mean, cov)), 20, 6)
+    assert rate >= 0.9, rate
+
+
+# ----------------------------------------------------------------------------- SBC
+def _sbc_flags(reps: int, n_ranks: int, n_bins: int, scale: float, rng) -> bool:
+    ranks = exact_sbc_ranks(reps, n_ranks, rng, scale)
+    p = min(min(rank_tests(ranks[k], n_ranks, n_bins)[2].values()) for k in PARAMS)
+    return p <= ALPHA / (N_TESTS * len(PARAMS))
+
+
+def test_sbc_rank_tests_false_alarm_rate():
+    """Exact posterior draws, 40 replications, L = 19: calibration at the 5% level (the
+    chi-square approximations are least accurate at the short form's size)."""
+    rng = np.random.default_rng([SEED, 7])
+    flagged = 0
+    for _ in range(150):
+        ranks = exact_sbc_ranks(40, 19, rng)
+        p = min(min(rank_tests(ranks[k], 19, 5)[2].values()) for k in PARAMS)
+        flagged += p <= 0.05 / (N_TESTS * len(PARAMS))
+    assert flagged <= stats.binom(150, 0.05).isf(1e-3), flagged
+
+
+def test_short_sbc_flags_a_halved_sd():
+    """The CI form (40 replications, L = 19, 5 bins): power about 0.99 (power_table.py)."""
+    rng = np.random.default_rng([SEED, 8])
+    assert np.mean([_sbc_flags(40, 19, 5, 0.5, rng) for _ in range(10)]) >= 0.8
+
+
+def test_thorough_sbc_flags_a_too_small_sd():
+    """The slow form (1000 replications, L = 99, 20 bins) against an sd 15% too small
+    (power about 1; about 0.9 against 10%, power_table.py)."""
+    rng = np.random.default_rng([SEED, 9])
+    assert _sbc_flags(1000, 99, 20, 0.85, rng)
+
+
+# ---------------------------------------------------------------------- heavy tails
+@pytest.mark.slow
+def test_heavy_tail_check_flags_tail_jumps_off():
+    """The pooled t(3) check of ``test_exactness.test_heavy_tails`` against SurrogateHMC
+    with tail jumps off: tail excursions rare and long (2% tail 0.013-0.014 at seeds 1-8
+    before tail jumps, docs/reliability.md)."""
+    from tests.reliability.test_exactness import check_tail_frequencies, pooled_student_t_runs
+
+    idata = pooled_student_t_runs(lambda: SurrogateHMC(tail_jumps=0))
+    checks = check_tail_frequencies(idata.posterior["t"].values)
+    assert not all(c.passed for c in checks), "\n".join(c.report() for c in checks)
+
+
+def test_heavy_tail_check_flags_shifted_and_shrunk_chains():
+    """The same check on synthetic t(3) chains (a Gaussian copula of AR(1), 16 x 2000)."""
+    from tests.reliability.test_exactness import HEAVY_TAIL_NU, check_tail_frequencies
+
+    rng = np.random.default_rng([SEED, 10])
+    x = stats.t.ppf(stats.norm.cdf(ar1(rng, 16, 2000, 3, 0.8)), HEAVY_TAIL_NU)
+
+    def passes(y):
+        return all(c.passed for c in check_tail_frequencies(y))
+
+    assert passes(x)
+    assert not passes(shift_one_chain(x, np.sqrt(3.0), 0.5))
+    assert not passes(shrink(x, 0.85))
