@@ -127,7 +127,13 @@ def test_stats_are_declared_and_named_for_arviz():
     assert stats.accepted.dtype == np.float64
     import arviz as az
 
-    assert np.isfinite(az.bfmi(idata)).all()
+    from pymc_surrogate.compat import bfmi
+
+    # What a user reads from NUTS's result, read from ours (InferenceData or DataTree).
+    assert np.isfinite(bfmi(idata)).all()
+    assert np.isfinite(az.ess(idata)["x"].values).all()
+    assert np.isfinite(az.rhat(idata)["x"].values).all()
+    assert {"mean", "sd"} <= set(az.summary(idata).columns)
 
 
 def test_pickles_like_pymc_does_for_worker_processes():
