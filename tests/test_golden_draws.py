@@ -1,0 +1,82 @@
+"""Golden draws: a refactor that should change nothing must leave every draw bit-identical.
+
+Both step methods, default settings, on three small models (a correlated Gaussian with a
+gradient, the same Gaussian as a black box, and a curved non-Gaussian), 2 chains, ``cores=1``,
+fixed seeds. The arrays in ``tests/golden/`` were recorded with the package versions stored
+beside them; floating-point paths differ between numpy / PyTensor versions, so the comparison
+runs only on those versions (CI's fresh environments resolve them until a dependency
+releases; then regenerate). A deliberate change of the draws regenerates them in its own
+commit that says why::
+
+    PYMC_SURROGATE_REGENERATE_GOLDEN=1 python -m pytest tests/test_golden_draws.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytest
+import scipy
+
+from pymc_surrogate import AdaptiveSurrogateHMC, SurrogateHMC
+from pymc_surrogate.compat import posterior_dataset
+from tests.conftest import correlated_gaussian, gaussian_model
+
+GOLDEN = Path(__file__).parent / "golden"
+REGENERATE = os.environ.get("PYMC_SURROGATE_REGENERATE_GOLDEN") == "1"
+VERSIONS = {"numpy": np.__version__, "scipy": scipy.__version__, "pymc": pm.__version__,
+            "pytensor": pytensor.__version__}
+# One file per PyMC generation: both are tested in CI.
+TAG = f"pymc{pm.__version__.split('.')[0]}"
+RUN = dict(draws=150, chains=2, cores=1, progressbar=False, compute_convergence_checks=False)
+
+
+def curved_model() -> pm.Model:
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 1.0)
+        pm.Normal("y", x**2, 0.5)
+    return model
+
+
+MODELS = {
+    "gaussian": (lambda: gaussian_model(*correlated_gaussian(3, seed=3)), 300),
+    "black_box": (lambda: gaussian_model(*correlated_gaussian(3, seed=3), black_box=True), 500),
+    "curved": (curved_model, 300),
+}
+STEPS = {"SurrogateHMC": SurrogateHMC, "AdaptiveSurrogateHMC": AdaptiveSurrogateHMC}
+
+
+def _draws(model_name: str, step_name: str) -> dict[str, np.ndarray]:
+    build, tune = MODELS[model_name]
+    with build():
+        idata = pm.sample(step=STEPS[step_name](), tune=tune, random_seed=2024, **RUN)
+    post = posterior_dataset(idata)
+    stats = posterior_dataset(idata, "sample_stats")
+    out = {f"draw_{name}": post[name].values for name in post.data_vars}
+    out["total_model_evals"] = stats["total_model_evals"].values
+    return out
+
+
+@pytest.mark.parametrize("step_name", STEPS)
+@pytest.mark.parametrize("model_name", MODELS)
+def test_draws_are_unchanged(model_name, step_name):
+    path = GOLDEN / f"{TAG}_{model_name}_{step_name}.npz"
+    meta = GOLDEN / f"{TAG}_versions.json"
+    got = _draws(model_name, step_name)
+    if REGENERATE:
+        GOLDEN.mkdir(exist_ok=True)
+        np.savez_compressed(path, **got)
+        meta.write_text(json.dumps(VERSIONS, indent=1) + "\n")
+        return
+    recorded = json.loads(meta.read_text())
+    if recorded != VERSIONS:
+        pytest.skip(f"golden draws recorded with {recorded}, running {VERSIONS}: regenerate")
+    want = np.load(path)
+    assert sorted(want.files) == sorted(got)
+    for key in want.files:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=f"{key} changed")
