@@ -8,6 +8,7 @@ check that the synthetic picture holds. Prints one markdown row per (check, samp
 
     python -m tests.reliability.power_table synthetic      # numpy only, about 15 minutes
     python -m tests.reliability.power_table real           # SurrogateHMC runs, about 1 hour
+    python -m tests.reliability.power_table no_correction  # no Metropolis correction, 5 min
     python -m tests.reliability.power_table heavy_tails    # 8-run pooled t(3) checks, slow
 
 The table in docs/reliability.md ("Power of the checks") comes from these commands.
@@ -151,7 +152,41 @@ def real(seeds=range(1, 6)) -> None:
             time.perf_counter() - start)
 
 
-def heavy_tails(seeds=(20240, 1, 101)) -> None:
+def no_correction(seeds=range(1, 6)) -> None:
+    """SurrogateHMC without Metropolis correction on the bad-region model (x0 < 1 by -inf)."""
+    import logging
+    import warnings
+
+    import pymc as pm
+
+    from pymc_surrogate import SurrogateHMC
+    from tests.reliability.broken import no_metropolis_correction
+    from tests.reliability.test_faults import BAD_REGIONS, first_coordinate_moments
+
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+    term, _, log_density = BAD_REGIONS["-inf"]
+    mean0, sd0 = first_coordinate_moments(log_density)
+    for broken in (False, True):
+        flagged, start = 0, time.perf_counter()
+        for seed in seeds:
+            with pm.Model():
+                x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([-0.5, 0.0]))
+                pm.Potential("bad", term(x))
+                kw = dict(tune=300, draws=300, chains=2, cores=1, progressbar=False,
+                          random_seed=seed, compute_convergence_checks=False)
+                if broken:
+                    with no_metropolis_correction():
+                        idata = pm.sample(step=SurrogateHMC(), **kw)
+                else:
+                    idata = pm.sample(step=SurrogateHMC(), **kw)
+            flagged += not check_moments(idata.posterior["x"].values, [mean0, 0.0],
+                                         [sd0, 1.0]).passed
+        row("moments, Gaussian cut by -inf", "no correction" if broken else "correct", flagged,
+            len(seeds), "SurrogateHMC, 2 x 300, tune 300", time.perf_counter() - start)
+
+
+def heavy_tails(seeds=(20240, 1)) -> None:
     """The pooled t(3) check (8 runs x 2 chains x 2000) with and without tail jumps."""
     import logging
     import warnings
@@ -187,4 +222,5 @@ def heavy_tails(seeds=(20240, 1, 101)) -> None:
 if __name__ == "__main__":
     print(f"family false-alarm rate of each check: {FAMILY_ALPHA} (SBC: {ALPHA})")
     print("| check | sampler | flagged | setting | time |\n|---|---|---|---|---|")
-    {"synthetic": synthetic, "real": real, "heavy_tails": heavy_tails}[sys.argv[1]]()
+    {"synthetic": synthetic, "real": real, "no_correction": no_correction,
+     "heavy_tails": heavy_tails}[sys.argv[1]]()

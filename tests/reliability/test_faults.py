@@ -201,6 +201,11 @@ DEGENERATE = {
 #: Cases whose exploration has to shrink the step size by 1e6-1e8: slow to sample.
 SLOW_CASES = ("tiny_scale", "steep")
 
+#: The flat box mixes slowly (ESS 0.02-0.05 per draw, docs/reliability.md "Known
+#: defects"): 2 x 1000 draws give a summed ESS of 67-90, below the floor at which MCSE is
+#: reliable; 4000 per chain reach it.
+DRAWS = {"flat_box": 4000}
+
 CASES = [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in DEGENERATE]
 
 
@@ -227,7 +232,7 @@ def test_degenerate_data_right(step, case, black_box):
     with model:
         s = make_step_or_skip(step, use_gradient=False if black_box else None)
         with recorded_warnings():
-            idata = sample(s, tune=600)
+            idata = sample(s, tune=600, draws=DRAWS.get(case, 1000))
     assert_healthy(idata)
     assert_moments(idata, var, mean, sd)
 

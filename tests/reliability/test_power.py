@@ -19,7 +19,6 @@ import pytest
 from scipy import stats
 
 from pymc_surrogate import SurrogateHMC
-from pymc_surrogate.models import make_banana
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.broken import no_metropolis_correction, shift_one_chain, shrink
 from tests.reliability.helpers import SEED, check_gaussian, check_moments, sample
@@ -56,13 +55,6 @@ def test_moment_check_flags_a_shifted_chain():
     assert rate >= 0.9, rate
 
 
-def test_moment_check_flags_one_shifted_chain_of_sixteen():
-    """The heavy-tail test's shape: 16 chains x 2000 draws, ESS about 100 per chain."""
-    rate = _flag_rate(lambda r: shift_one_chain(ar1(r, 16, 2000, 3, 0.9), 1.0, 0.5),
-                      _moments_pass, 10, 3)
-    assert rate >= 0.8, rate
-
-
 def test_moment_check_flags_a_too_small_sd():
     rate = _flag_rate(lambda r: shrink(ar1(r, 2, 1000, 2, 0.5), 0.85), _moments_pass, 50, 4)
     assert rate >= 0.9, rate
@@ -75,15 +67,23 @@ def test_moment_check_flags_a_stuck_chain():
 
 
 def test_moment_check_flags_no_metropolis_correction():
-    """SurrogateHMC accepting every surrogate proposal on the banana (where the surrogate
-    is only approximate) samples the wrong law; the exactness test's check sees it. (A
-    short run: the broken chains go wrong within a few hundred draws.)"""
-    model, info = make_banana()
-    with model, no_metropolis_correction():
-        idata = sample(SurrogateHMC(), tune=200, draws=300)
-    check = check_moments(idata.posterior["beta"].values, info.ref_mean["beta"],
-                          info.ref_sd["beta"])
-    assert not check.passed, check.report("beta")
+    """SurrogateHMC accepting every surrogate proposal, on the bad-region test's model (a
+    Gaussian cut at x0 < 1 by a -inf logp, which no smooth surrogate shows): about 15% of
+    its draws land where the posterior has no mass, and the check sees the moments (z of
+    the mean 11-13 at seeds 1-3). On the banana the surrogate is close enough that the same
+    broken sampler passes (0 of 5 seeds flagged, docs/reliability.md)."""
+    from tests.reliability.test_faults import BAD_REGIONS, EDGE, first_coordinate_moments
+
+    term, _, log_density = BAD_REGIONS["-inf"]
+    with pm.Model(), no_metropolis_correction():
+        x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([-0.5, 0.0]))
+        pm.Potential("bad", term(x))
+        idata = sample(SurrogateHMC(), tune=300, draws=300)
+    draws = idata.posterior["x"].values
+    assert (draws[..., 0] > EDGE).any()
+    mean0, sd0 = first_coordinate_moments(log_density)
+    check = check_moments(draws, [mean0, 0.0], [sd0, 1.0])
+    assert not check.passed, check.report("x")
 
 
 # ------------------------------------------------------------------- Gaussian check
