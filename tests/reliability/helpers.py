@@ -108,7 +108,8 @@ def chain_mcse(x: np.ndarray) -> tuple[np.ndarray, ...]:
     for c in range(n_chains):
         for j in range(k):
             y = x[c, :, j]
-            sd = y.std()
+            # constant: max == min (a float sd of equal values need not be exactly 0)
+            sd = y.std() if np.ptp(y) > 0 else 0.0
             dev2 = (y - y.mean()) ** 2
             with np.errstate(divide="ignore", invalid="ignore"):
                 ess_mean = float(az.ess(y[None, :], method="mean")) if sd > 0 else np.nan
@@ -144,7 +145,7 @@ def check_moments(x, mean, sd, family_alpha: float = FAMILY_ALPHA) -> MomentChec
     Bonferroni over all comparisons (4 per coordinate; 2 with one chain; half as many with
     ``sd=None``, which checks the means only: for a law whose sd has no usable MCSE, such as
     a Student-t(3)) at ``family_alpha``. Also fails if the chains' summed ESS is below :data:`MIN_ESS` or a
-    chain never moved.
+    chain is constant (never moved, or an indicator never changed).
     """
     x = np.asarray(x, dtype=float)
     x = x.reshape(x.shape[0], x.shape[1], -1)
@@ -165,7 +166,7 @@ def check_moments(x, mean, sd, family_alpha: float = FAMILY_ALPHA) -> MomentChec
         q_sd = _agreement(c_sd, c_mcse_sd) if n_chains > 1 else np.zeros(size)
     failures = []
     if not (np.all(c_sd > 0) and np.all(np.isfinite(c_mcse_mean)) and np.all(np.isfinite(c_mcse_sd))):
-        failures.append("a chain never moved")
+        failures.append("a chain is constant")
     elif c_ess.sum(0).min() < MIN_ESS:
         failures.append("too few effective draws")
     else:
