@@ -63,7 +63,7 @@ def test_moment_check_flags_a_too_small_sd():
 def test_moment_check_flags_a_stuck_chain():
     x = ar1(np.random.default_rng([SEED, 5]), 2, 1000, 2, 0.5)
     x[1] = x[1, 0]
-    assert check_moments(x, 0.0, 1.0).failures == ("a chain never moved",)
+    assert check_moments(x, 0.0, 1.0).failures == ("a chain is constant",)
 
 
 def test_moment_check_flags_no_metropolis_correction():
@@ -144,9 +144,10 @@ def test_sbc_rank_tests_false_alarm_rate():
 
 
 def test_short_sbc_flags_a_halved_sd():
-    """The CI form (40 replications, L = 19, 5 bins): power about 0.99 (power_table.py)."""
+    """The CI form (40 replications, L = 19, 5 bins): power 0.91 (power_table.py); at
+    least 6 of 10 flagged fails a check of that power with probability 1e-3."""
     rng = np.random.default_rng([SEED, 8])
-    assert np.mean([_sbc_flags(40, 19, 5, 0.5, rng) for _ in range(10)]) >= 0.8
+    assert sum(_sbc_flags(40, 19, 5, 0.5, rng) for _ in range(10)) >= 6
 
 
 def test_thorough_sbc_flags_a_too_small_sd():

@@ -10,8 +10,8 @@ summary (visible with ``-s``).
 Pass criterion (``SBCResult.passed``): every test of every parameter (bins, normal-score
 location, normal-score scale) has a p-value above 0.001 / 6. Power, measured with exact
 posterior draws (``power_table.py``, docs/reliability.md): the short form flags a posterior
-sd halved nearly always and one 10% too small almost never; the thorough form flags an sd
-10% too small about 90% of the time. At a fixed seed the outcome is deterministic.
+sd halved 91% of the time and one 10% too small almost never; the thorough form flags an
+sd 10% too small 90% of the time. At a fixed seed the outcome is deterministic.
 """
 
 from __future__ import annotations
