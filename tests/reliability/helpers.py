@@ -262,14 +262,39 @@ def assert_healthy(idata) -> None:
 
 @contextmanager
 def recorded_warnings():
-    """Record every warning (PyMC's and ours) without failing on them."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
+    """Record every warning without failing on them: Python warnings, and the ``pymc``
+    logger's records at WARNING and above, where PyMC logs a step's ``warning`` stat in the
+    main process (the step methods' warnings travel that way, so ``cores>1`` keeps them).
+
+    Yields a list that holds the log records as they come and the Python warnings once the
+    block ends; :func:`warning_messages` reads both.
+    """
+    import logging
+
+    caught: list = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            caught.append(record)
+
+    logger, handler = logging.getLogger("pymc"), _Keep(logging.WARNING)
+    level = logger.level
+    logger.setLevel(min(level, logging.WARNING) if level else logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as python_warnings:
+            warnings.simplefilter("always")
+            yield caught
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        caught.extend(python_warnings)
 
 
 def warning_messages(caught, contains: str = "") -> list[str]:
-    return [str(w.message) for w in caught if contains in str(w.message)]
+    """The texts of :func:`recorded_warnings`' records that contain ``contains``."""
+    texts = [w.getMessage() if hasattr(w, "getMessage") else str(w.message) for w in caught]
+    return [text for text in texts if contains in text]
 
 
 class BlackBoxLogp(Op):

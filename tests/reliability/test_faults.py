@@ -257,9 +257,9 @@ def test_rough_potential_stays_exact(step):
             idata = sample(s, tune=600, draws=3000)
     assert_healthy(idata)
     assert_moments(idata, "x", np.full(2, mean), np.full(2, sd))
-    uses = idata.sample_stats["uses_surrogate"].values
-    if not uses.all():
-        # A draw without a surrogate is a fallback: the user must have been told.
+    fallback = idata.sample_stats["fallback"].values
+    if fallback.any():
+        # A draw on the exact kernel instead of the surrogate: the user must have been told.
         assert warning_messages(caught, type(s).__name__), "silent fallback"
 
 
@@ -277,4 +277,5 @@ def test_too_few_points_fall_back_and_say_so(step):
     uses = idata.sample_stats["uses_surrogate"].values
     assert messages, "no warning about the short tuning"
     assert not uses.any(), "a surrogate from a handful of points drove the draws"
+    assert idata.sample_stats["fallback"].values.all(), "fallback draws not marked"
     assert_moments(idata, "x", np.zeros(dim), np.ones(dim))
