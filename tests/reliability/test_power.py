@@ -19,7 +19,7 @@ import pytest
 from scipy import stats
 
 from pymc_surrogate import SurrogateHMC
-from pymc_surrogate.models import make_banana
+from benchmarks.models import make_banana
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.broken import no_metropolis_correction, shift_one_chain, shrink
 from tests.reliability.helpers import SEED, check_gaussian, check_moments, sample
