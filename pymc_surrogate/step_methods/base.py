@@ -822,8 +822,8 @@ class SurrogateStep(ArrayStepShared):
         model evaluation."""
         start = chain.current.q if chain.current is not None else chain_scale.mean
         return warm_up_on_surrogate(
-            field, start, chain.metric, initial_step,
-            self.target_accept, self.path_length, self.rng, n_samples=n_samples,
+            field, start, chain.metric, self._step_size_adaptation(initial_step),
+            self.path_length, self.rng, n_samples=n_samples,
             max_energy_error=self.max_energy_error,
         )
 
