@@ -742,7 +742,7 @@ class SurrogateStep(ArrayStepShared):
             chain.paused = True
             return
         chain.accept_since_fit.append(
-            info.accept_prob if info.correction_prob is None else info.correction_prob
+            info.correction_acceptance
         )
         if self._fit_due(chain):
             if np.mean(chain.accept_since_fit) < self._good_acceptance:

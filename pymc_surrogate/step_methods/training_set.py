@@ -73,10 +73,6 @@ class TrainingSet:
     def gradients(self) -> np.ndarray:
         return self._gradients[: self.size]
 
-    @property
-    def n_with_gradient(self) -> int:
-        return int(np.sum(np.isfinite(self.gradients[:, 0]))) if self.size else 0
-
     def relevant(self, energy_window: float) -> np.ndarray:
         """Indices of finite points with ``U <= min U + energy_window``.
 

@@ -481,10 +481,6 @@ class RandomNetworkSurrogate:
         excess = np.maximum(np.sqrt(np.einsum("ni,ni->n", white, white)) - self.trust_radius_, 0.0)
         return values + 0.5 * excess**2
 
-    def predict_gradient(self, positions: np.ndarray) -> np.ndarray:
-        """Surrogate gradients at positions (n, d)."""
-        return np.array([self.value_and_grad(q)[1] for q in np.atleast_2d(positions)])
-
 
 def _positive_definite(mat: np.ndarray, floor: float = 1e-3, absolute_floor: float = 0.0) -> np.ndarray:
     """Clip the eigenvalues of a symmetric matrix to at least ``floor`` times the largest.
