@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 from pymc_surrogate.surrogates.features import (
     QUADRATIC_LEVELS,
@@ -11,20 +10,23 @@ from pymc_surrogate.surrogates.features import (
     RandomFeatures,
     polynomial_size,
 )
-from pymc_surrogate.surrogates.online import RecursiveLeastSquares
-from pymc_surrogate.surrogates.ridge import NormalEquations, solve_ridge
+from pymc_surrogate.surrogates.online import OnlineLinearWeights, RecursiveLeastSquares
+from pymc_surrogate.surrogates.quadratic import (
+    CURVATURE_FLOOR,
+    condition_on_proper_quadratic,
+    fit_proper,
+    positive_definite,
+)
+from pymc_surrogate.surrogates.ridge import NormalEquations
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["RandomNetworkSurrogate"]
 
-# In whitened coordinates the posterior's curvature is about 1: far flatter quadratic
-# directions are fitting artefacts along which trajectories would run away.
-CURVATURE_FLOOR = 0.02
 # The surrogate is trusted out to this multiple of its farthest training point.
 TRUST_FACTOR = 2.0
 
 
-class RandomNetworkSurrogate:
+class RandomNetworkSurrogate(OnlineLinearWeights):
     r"""Shallow random network fitted to potential values and gradients.
 
     The surrogate is ``U~(q) = c + a.x + x^T A x / 2 + sum_i v_i h_i(x)`` in whitened
@@ -68,6 +70,9 @@ class RandomNetworkSurrogate:
     whitening : Whitening, optional
         Fixed whitening; by default it is estimated from the training positions.
     random_state : int or numpy Generator, optional
+    max_training_error : float, optional
+        ``fit`` raises ``ValueError`` when a coefficient is not finite or the relative
+        training error is not below this (an unusable fit); ``None`` never raises.
 
     Attributes
     ----------
@@ -106,6 +111,7 @@ class RandomNetworkSurrogate:
         gradient_weight: float = 1.0,
         whitening: Whitening | None = None,
         random_state: int | np.random.Generator | None = None,
+        max_training_error: float | None = None,
     ):
         if n_hidden != "auto" and (not isinstance(n_hidden, int | np.integer) or n_hidden < 0):
             raise ValueError(f"n_hidden must be a non-negative integer or 'auto'; got {n_hidden!r}.")
@@ -134,6 +140,7 @@ class RandomNetworkSurrogate:
         self.gradient_weight = gradient_weight
         self.whitening = whitening
         self.random_state = random_state
+        self.max_training_error = max_training_error
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -270,16 +277,18 @@ class RandomNetworkSurrogate:
             equations = fold.plus(NormalEquations.from_design(design[n_fold:], target[n_fold:]))
         else:
             equations = NormalEquations.from_design(design, target)
-        solution, coef = self._fit_proper(equations, n_free)
+        solution, coef = fit_proper(equations, polynomial, n_free, self.alpha, self.min_alpha)
         if hidden.size:
             # The base fits share the free block (and its eigendecomposition) with the full ones.
-            base_solution, base_coef = self._fit_proper(
-                equations.columns(base_columns), n_free, solution.free_inverse
+            base_solution, base_coef = fit_proper(
+                equations.columns(base_columns), polynomial, n_free, self.alpha,
+                self.min_alpha, solution.free_inverse,
             )
             if choose_nodes:
-                fold_solution, fold_coef = self._fit_proper(fold, n_free)
-                _, fold_base = self._fit_proper(
-                    fold.columns(base_columns), n_free, fold_solution.free_inverse
+                fold_solution, fold_coef = fit_proper(fold, polynomial, n_free, self.alpha, self.min_alpha)
+                _, fold_base = fit_proper(
+                    fold.columns(base_columns), polynomial, n_free, self.alpha,
+                    self.min_alpha, fold_solution.free_inverse,
                 )
                 held_design, held_target = design[n_fold:], target[n_fold:]
                 drop = _squared_error(held_design, held_target, fold_coef) >= _squared_error(
@@ -307,7 +316,15 @@ class RandomNetworkSurrogate:
         self.hidden_coef_ = coef[polynomial.size :]
         self.target_offset_ = offset
         self.normal_equations_ = solution
+        self.learner_ = None
+        self._stale = False
         self._prepare_prediction(offset)
+        if self.max_training_error is not None and not (
+            self.is_finite_ and self.training_error_ < self.max_training_error
+        ):
+            raise ValueError(
+                f"the fit is unusable (relative training error {self.training_error_:.3g})"
+            )
         return self
 
     def value_features(self, positions: np.ndarray) -> np.ndarray:
@@ -327,77 +344,17 @@ class RandomNetworkSurrogate:
         """
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
-        if learner is not None:
-            coef = self._condition_on_proper_quadratic(coef, learner)
-        p = self.polynomial_.size
-        clone.polynomial_coef_ = np.array(coef[:p], dtype=np.float64)
-        clone.hidden_coef_ = np.array(coef[p:], dtype=np.float64)
-        clone._prepare_prediction(self.target_offset_)
+        clone.learner_, clone._stale = None, False  # fixed weights, no online learner
+        clone._set_coefficients(coef, learner)
         return clone
 
-    def _fit_proper(
-        self, equations: NormalEquations, n_free: int,
-        free_inverse: tuple[np.ndarray, int] | None = None,
-    ):
-        """Least squares whose quadratic block is positive definite.
-
-        The unconstrained fit can bend the quadratic negative where the hidden nodes
-        compensate; clipping it afterwards alone would leave a surrogate that no longer
-        fits the data (off by thousands on a banana), so the other weights are re-solved
-        with the clipped quadratic held fixed. The returned normal equations stay those
-        of the unconstrained problem, which an online learner continues.
-        """
-        solution = solve_ridge(
-            equations, n_free, self.alpha, free_inverse=free_inverse, min_alpha=self.min_alpha
-        )
-        coef = np.concatenate([solution.free, solution.penalised])
-        proper = self._proper_quadratic(coef)
-        if proper is not None:
-            linear = 1 + self.polynomial_.dim
-            rest = solve_ridge(
-                equations.fix_columns(np.arange(linear, n_free), proper), linear,
-                solution.alpha if solution.penalised.size else None,
-            )
-            coef = np.concatenate([rest.free, proper, rest.penalised])
-        return solution, coef
-
-    def _proper_quadratic(self, coef: np.ndarray) -> np.ndarray | None:
-        """The clipped quadratic block's coefficients, or None when no clip is needed."""
-        if self.polynomial_.quadratic == "none":
-            return None
-        quad = self.polynomial_.quadratic_matrix(coef)
-        proper = _positive_definite(quad, absolute_floor=CURVATURE_FLOOR)
-        return None if proper is quad else self.polynomial_.quadratic_coefficients(proper)
-
-    def _condition_on_proper_quadratic(
-        self, coef: np.ndarray, learner: RecursiveLeastSquares
-    ) -> np.ndarray:
-        """Minimise the learner's least-squares objective with the quadratic block clipped.
-
-        The objective is ``(c - coef)^T A (c - coef)`` plus a constant (``A`` the learner's
-        regularised Gram matrix, in its scaled columns), so fixing the quadratic block at
-        ``q`` moves the rest by ``-A_rr^{-1} A_rq (q - coef_q)``: a solve with the small
-        block of the other weights, not with the quadratic one (d = 50: 251 against 1275
-        columns; the latter, at every adaptation, was 3/4 of AdaptiveSurrogateHMC's time).
-        """
-        proper = self._proper_quadratic(coef)
-        if proper is None:
-            return coef
-        quad = np.arange(1 + self.polynomial_.dim, self.polynomial_.size)
-        rest = np.setdiff1d(np.arange(coef.size), quad)
-        scale = learner.column_scale
-        precision = learner.precision
-        coupling = precision[np.ix_(rest, quad)] @ ((proper - coef[quad]) * scale[quad])
-        try:
-            shift = scipy.linalg.cho_solve(
-                scipy.linalg.cho_factor(precision[np.ix_(rest, rest)], lower=True), coupling
-            )
-        except np.linalg.LinAlgError:
-            shift = np.linalg.lstsq(precision[np.ix_(rest, rest)], coupling, rcond=None)[0]
-        out = np.array(coef, dtype=np.float64)
-        out[quad] = proper
-        out[rest] -= shift / scale[rest]
-        return out
+    def _set_coefficients(self, coef: np.ndarray, learner: RecursiveLeastSquares | None) -> None:
+        if learner is not None:
+            coef = condition_on_proper_quadratic(self.polynomial_, coef, learner)
+        p = self.polynomial_.size
+        self.polynomial_coef_ = np.array(coef[:p], dtype=np.float64)
+        self.hidden_coef_ = np.array(coef[p:], dtype=np.float64)
+        self._prepare_prediction(self.target_offset_)
 
     def _choose_quadratic(self, dim: int, n_equations: int) -> str:
         if self.quadratic != "auto":
@@ -420,7 +377,7 @@ class RandomNetworkSurrogate:
         quad = self.polynomial_.quadratic_matrix(coef)
         if self.polynomial_.quadratic != "none":
             # A no-op after fit; a safety net for weights given without their learner.
-            quad = _positive_definite(quad, absolute_floor=CURVATURE_FLOOR)
+            quad = positive_definite(quad, absolute_floor=CURVATURE_FLOOR)
         self._quadratic = inv_chol.T @ quad @ inv_chol
         self._inv_chol = inv_chol
         self._mean = self.whitening_.mean
@@ -439,6 +396,8 @@ class RandomNetworkSurrogate:
     # --------------------------------------------------------------- prediction
     def value_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         """Surrogate potential and gradient at one position (the leapfrog hot path)."""
+        if self._stale:
+            self._refresh()
         r = q - self._mean
         quad_r = self._quadratic @ r
         value = self._intercept + self._linear @ r + 0.5 * (r @ quad_r)
@@ -468,6 +427,8 @@ class RandomNetworkSurrogate:
 
     def predict(self, positions: np.ndarray) -> np.ndarray:
         """Surrogate potentials at positions (n, d): the same function as ``value_and_grad``."""
+        if self._stale:
+            self._refresh()
         q = np.atleast_2d(np.asarray(positions, dtype=np.float64))
         r = q - self._mean
         white = r @ self._inv_chol.T
@@ -480,21 +441,6 @@ class RandomNetworkSurrogate:
                 values = values + self.hidden_.values(white) @ self._node_coef
         excess = np.maximum(np.sqrt(np.einsum("ni,ni->n", white, white)) - self.trust_radius_, 0.0)
         return values + 0.5 * excess**2
-
-
-def _positive_definite(mat: np.ndarray, floor: float = 1e-3, absolute_floor: float = 0.0) -> np.ndarray:
-    """Clip the eigenvalues of a symmetric matrix to at least ``floor`` times the largest.
-
-    A least-squares quadratic can come out indefinite from too few or too local data;
-    the surrogate is then unbounded below and trajectories escape along the negative
-    directions. Clipping keeps it a proper density (the exact correction pays for the
-    change), and leaves a well-fitted positive-definite base untouched.
-    """
-    vals, vecs = np.linalg.eigh(mat)
-    lowest = max(floor * max(float(np.max(np.abs(vals))), 1e-12), absolute_floor)
-    if vals.min() >= lowest:
-        return mat
-    return (vecs * np.maximum(vals, lowest)) @ vecs.T
 
 
 def _squared_error(design: np.ndarray, target: np.ndarray, coef: np.ndarray) -> float:
