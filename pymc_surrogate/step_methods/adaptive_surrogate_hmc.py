@@ -46,8 +46,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
 
     Examples
     --------
-    >>> with model:
-    ...     idata = pm.sample(step=AdaptiveSurrogateHMC(), tune=1000)
+    >>> idata = pm.sample(step=AdaptiveSurrogateHMC(), tune=1000)  # inside a model context
     """
 
     name = "adaptive_surrogate_hmc"

@@ -15,14 +15,12 @@ __all__ = ["SurrogateHMC"]
 class SurrogateHMC(SurrogateStep):
     r"""Hamiltonian Monte Carlo on a random-network surrogate, exactly corrected.
 
-    Tuning explores with an exact kernel (HMC, or DE-MCz without gradients), fits a random
-    network to every evaluation in whitened coordinates, and refits as the data grow; the
-    draws run on the frozen surrogate at one model logp each.
+    Tuning explores exactly (HMC, or DE-MCz without gradients) and fits a random network
+    to every evaluation; the draws run on the frozen surrogate, one model logp each.
 
     Parameters
     ----------
-    vars : list of variables, optional
-        Continuous variables to sample; all of the model's by default.
+    vars : list of continuous variables, optional (default: all of the model's)
     correction : {"surrogate_transition", "hamiltonian"}
         ``n_inner`` surrogate HMC transitions then one test with the true logp (default),
         or one trajectory accepted with the true Hamiltonian (the paper's).
@@ -30,18 +28,14 @@ class SurrogateHMC(SurrogateStep):
         Surrogate HMC transitions per draw with the surrogate transition.
     n_hidden, activation, quadratic, alpha, max_hidden, max_equations
         The surrogate's settings (``RandomNetworkSurrogate``).
-    target_accept : float
-        Step-size target: the acceptance of HMC on the surrogate alone.
-    path_length : float
-        Longest integration time, in units of the posterior scale.
-    dense_mass : bool
+    target_accept, path_length : float
+        Step-size target (HMC on the surrogate alone); longest integration time.
     explore_steps : int or "auto"
         Tuning iterations before the first fit (60 with gradients, ``max(300, 30 d)``).
-    max_energy_error : float
     tail_jumps : "auto" or float
         Share of draws that are independence Cauchy proposals; "auto" checks the tails.
-    use_gradient : bool, optional
-    model, rng
+    dense_mass, max_energy_error, use_gradient, model, rng
+        Dense mass matrix; divergence threshold; ``False`` treats the model as a black box.
 
     Notes
     -----
@@ -56,8 +50,7 @@ class SurrogateHMC(SurrogateStep):
 
     Examples
     --------
-    >>> with model:
-    ...     idata = pm.sample(step=SurrogateHMC(), tune=1000)
+    >>> idata = pm.sample(step=SurrogateHMC(), tune=1000)  # inside a model context
     """
 
     name = "surrogate_hmc"

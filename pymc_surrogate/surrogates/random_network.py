@@ -10,6 +10,7 @@ from pymc_surrogate.surrogates.features import (
     RandomFeatures,
     polynomial_size,
 )
+from pymc_surrogate.surrogates.data import TrainingData
 from pymc_surrogate.surrogates.online import OnlineLinearWeights, RecursiveLeastSquares
 from pymc_surrogate.surrogates.quadratic import (
     CURVATURE_FLOOR,
@@ -27,76 +28,43 @@ TRUST_FACTOR = 2.0
 
 
 class RandomNetworkSurrogate(OnlineLinearWeights):
-    r"""Shallow random network fitted to potential values and gradients.
+    r"""Shallow random network fitted to potential values and gradients (rns-hmc §3, Alg. 2).
 
-    The surrogate is ``U~(q) = c + a.x + x^T A x / 2 + sum_i v_i h_i(x)`` in whitened
-    coordinates ``x = L^{-1}(q - mean)``: a polynomial base that carries a near-Gaussian
-    posterior, plus random hidden nodes ``h_i`` (extreme learning machine) that fit what is
-    left. Only the output weights are learned, by regularised least squares: each training
-    point contributes one equation for its value and ``d`` for its gradient (potential
-    matching and score matching in one system).
+    ``U~(q) = c + a.x + x^T A x / 2 + sum_i v_i h_i(x)`` in whitened coordinates
+    ``x = L^{-1}(q - mean)``: a polynomial base for a near-Gaussian posterior plus random
+    hidden nodes (extreme learning machine); only the output weights are learned, by ridge
+    regression on one equation per value and ``d`` per gradient.
 
     Parameters
     ----------
     n_hidden : int or "auto"
-        Hidden nodes ``s``. ``"auto"``: a quarter of the equations left after the
-        polynomial block, at most ``max_hidden``, kept only if they predict the last fifth
-        of the points (fitted without them) better than the polynomial base alone.
+        Hidden nodes; "auto" takes a quarter of the spare equations (at most
+        ``max_hidden``), kept only if they predict held-out points better.
     activation : {"softplus", "rbf"}
-        Additive softplus nodes (default: they capture global structure) or RBF nodes.
     quadratic : {"auto", "full", "diagonal", "isotropic", "none"}
-        Quadratic terms of the base. ``"auto"`` picks the richest level with at least two
-        equations per coefficient (isotropic at least).
+        Quadratic terms of the base; "auto" the richest with two equations a coefficient.
     alpha : float, optional
-        Ridge penalty on the hidden-node weights; ``None`` chooses it by generalised
-        cross-validation.
+        Ridge penalty on the hidden weights; ``None``: generalised cross-validation.
     min_alpha : float
-        With ``alpha=None``: the smallest penalty cross-validation may choose, relative to
-        the largest eigenvalue of the (equilibrated) hidden-node block. On noise-free
-        potentials cross-validation favours the smallest penalty it is offered, and a
-        nearly unpenalised network interpolates the data but may dive between and
-        beyond them (Student-t(3), d = 3, values and gradients: a well 15 below the mode,
-        4 sd from the nearest training point). A floor of 1e-6 removes such wells but
-        costs accuracy where a flexible fit is needed (black-box banana: ESS 800-2000
-        down to 5-100 with the Hamiltonian correction), so the step methods raise it
-        only for a fit whose own draws fall into a well.
-    max_hidden : int
-        Upper bound for ``n_hidden="auto"``.
-    max_equations : int
-        Training points are randomly sub-sampled so that the system has at most this many
-        rows; it bounds the fit's time and memory.
+        Smallest relative penalty cross-validation may choose (wells: docs/design.md).
+    max_hidden, max_equations : int
+        Bounds on the network and on the least-squares system (random sub-sampling).
     gradient_weight : float
         Weight of gradient equations relative to value equations.
     whitening : Whitening, optional
-        Fixed whitening; by default it is estimated from the training positions.
+        Fixed whitening; by default estimated from the training positions.
     random_state : int or numpy Generator, optional
     max_training_error : float, optional
         ``fit`` raises ``ValueError`` when a coefficient is not finite or the relative
         training error is not below this (an unusable fit); ``None`` never raises.
 
-    Attributes
-    ----------
-    whitening_ : Whitening
-    polynomial_ : PolynomialFeatures
-    hidden_ : RandomFeatures
-    n_train_ : int
-        Training points used in the last fit.
-    alpha_ : float
-    target_offset_ : float
-        Mean of the training potentials, subtracted before fitting.
-    normal_equations_ : RidgeSolution
-        The fit's normal equations, from which an online learner can continue.
-    training_error_ : float
-        Relative residual ``|y - y_hat| / |y|`` over the (centred) training equations.
-    is_finite_ : bool
-        Whether every learned coefficient is finite.
-    trust_radius_ : float
-        Beyond this whitened distance from the training points' centre (twice the
-        farthest training point) the surrogate gains a wall ``(|x| - R)^2 / 2``. Far from
-        its data a fit can have spurious wells (softplus nodes grow linearly, the
-        quadratic may be floored flat) that pull trajectories to absurd values where the
-        true model may not even evaluate. The wall is finite, so every region stays
-        reachable and the exact correction still targets the true posterior.
+    Notes
+    -----
+    Learned attributes: ``whitening_``, ``polynomial_``, ``hidden_``, ``alpha_``,
+    ``target_offset_`` (mean potential), ``normal_equations_`` (what ``partial_fit``
+    continues), ``training_error_``, ``is_finite_``, ``trust_radius_`` (beyond it a finite
+    wall ``(|x| - R)^2 / 2``). Online learning: ``partial_fit`` / ``snapshot``
+    (``OnlineLinearWeights``). Details and measurements: docs/design.md.
     """
 
     def __init__(
@@ -167,35 +135,10 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
             Weight of each point's equations in the least squares (value and gradient
             alike): where the fit should be most accurate.
         """
-        positions = np.atleast_2d(np.asarray(positions, dtype=np.float64))
-        n, dim = positions.shape
-        if potentials is None and gradients is None:
-            raise ValueError("fit needs potentials, gradients, or both.")
-        if n == 0:
-            raise ValueError("fit needs at least one training point.")
-        # NaN marks an unknown value or gradient: such a point adds only what it has.
-        has_value = np.zeros(n, dtype=bool)
-        has_grad = np.zeros(n, dtype=bool)
-        if potentials is not None:
-            potentials = np.asarray(potentials, dtype=np.float64).reshape(n)
-            has_value = np.isfinite(potentials)
-        n_grad = dim
-        if gradients is not None:
-            gradients = np.asarray(gradients, dtype=np.float64).reshape(n, -1)
-            n_grad = gradients.shape[1]
-            if not 0 < n_grad <= dim:
-                raise ValueError(
-                    f"gradients must have between 1 and {dim} columns (the inputs); got {n_grad}."
-                )
-            has_grad = np.all(np.isfinite(gradients), axis=1)
-        weight_of = np.ones(n)
-        if sample_weight is not None:
-            weight_of = np.asarray(sample_weight, dtype=np.float64).reshape(n)
-            if not np.all(np.isfinite(weight_of) & (weight_of >= 0)):
-                raise ValueError("sample_weight must be finite and non-negative.")
-        usable = np.all(np.isfinite(positions), axis=1) & (has_value | has_grad) & (weight_of > 0)
-        if not np.any(usable):
-            raise ValueError("No finite training point to fit the surrogate to.")
+        data = TrainingData.check(positions, potentials, gradients, sample_weight)
+        positions, potentials, gradients = data.positions, data.potentials, data.gradients
+        has_value, has_grad, weight_of, usable = data.has_value, data.has_grad, data.weight, data.usable
+        dim, n_grad = positions.shape[1], data.n_grad
         rng = np.random.default_rng(self.random_state)
 
         keep = np.flatnonzero(usable)
