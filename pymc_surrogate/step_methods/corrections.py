@@ -27,11 +27,15 @@ class Corrections:
     correction = "surrogate_transition"
     n_inner = 1
 
-    def _surrogate_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
+    def _surrogate_step(
+        self, chain: ChainState, current: ChainPoint, record: bool = True
+    ) -> TransitionInfo:
+        """One corrected surrogate transition; ``record=False``: its model evaluation is no
+        training data (the full-length trials, which are no draws)."""
         with_grad = self.has_gradient and not chain.frozen
 
         def evaluate(q: np.ndarray) -> ChainPoint:
-            return self._evaluate(chain, q, with_grad=with_grad)
+            return self._evaluate(chain, q, with_grad=with_grad, record=record)
 
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
         field = self._surrogate_field(chain)
@@ -78,7 +82,9 @@ class Corrections:
         current = start = self._current_point(chain, chain.current.q)
         accept = np.empty(self.tuning.full_length_trials)
         for i in range(self.tuning.full_length_trials):
-            info = self._surrogate_step(chain, current)
+            # Not training data: AdaptiveSurrogateHMC would learn from trajectories at a
+            # length the draws may not use.
+            info = self._surrogate_step(chain, current, record=False)
             accept[i], current = info.accept_prob, info.point
         if accept.mean() < self.tuning.path_target:
             chain.path_adapt = self._length_adaptation(tuned)  # never updated: fixed

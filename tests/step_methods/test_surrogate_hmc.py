@@ -48,6 +48,21 @@ def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
     assert idata.sample_stats.model_evals.max() <= 1
 
 
+def test_adaptive_does_not_learn_from_the_full_length_trials():
+    """The full-length trials are no draws and their proposals are no training data: an
+    adaptive surrogate that learned from them would learn from 50 trajectories at a length
+    the draws may not use (issue 17). The first draw adds at most its own evaluation."""
+    mean, cov = correlated_gaussian(4, seed=6)
+    with gaussian_model(mean, cov):
+        step = AdaptiveSurrogateHMC(correction="hamiltonian", tail_jumps=0)
+        idata = pm.sample(step=step, discard_tuned_samples=False,
+                          **{**SAMPLE, "draws": 20, "tune": 400})
+    assert np.all(_evaluations_between_tuning_and_draws(idata) > 0)  # the trials ran
+    last_tune = idata.warmup_sample_stats.training_size.values[:, -1]
+    first_draw = idata.sample_stats.training_size.values[:, 0]
+    assert np.all(first_draw - last_tune <= idata.sample_stats.model_evals.values[:, 0])
+
+
 @pytest.mark.parametrize("target, full_length", [(0.65, True), (0.999, False)])
 def test_hamiltonian_draws_get_the_full_length_only_if_it_holds_the_target(target, full_length):
     """The full path is kept when the trials' mean true acceptance reaches the target (an
