@@ -83,7 +83,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         if point.potential > lowest + self.policy.energy_window(self.dim):
             return
         # weighted as the batch fit weighs its points, so the online fit continues it
-        weight = self.policy.weights(point.potential, chain.weight_reference, self.dim)
+        weight = self.policy.weights(point.potential, chain.fits.weight_reference, self.dim)
         chain.learner.partial_fit(
             self.context.join(point.q)[None], np.array([point.potential]),
             sample_weight=np.array([weight]),
@@ -92,10 +92,10 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.learner is None or not self.policy.adapts(chain.frozen):
             return
-        t = chain.iteration - chain.surrogate_start + 1
+        t = chain.iteration - chain.fits.first_iteration + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
             chain.surrogate = chain.learner.snapshot()
-            chain.n_adaptations += 1
+            chain.counts.adaptations += 1
 
     def _extra_stats(self, chain: ChainState) -> dict:
-        return {"adaptations": chain.n_adaptations}
+        return {"adaptations": chain.counts.adaptations}

@@ -37,7 +37,7 @@ from pymc_surrogate.step_methods.heavy_tails import TailJumps
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.refit import Refits
 from pymc_surrogate.step_methods.settings import block_variables, check_settings
-from pymc_surrogate.step_methods.state import ChainState, SurrogateStepState
+from pymc_surrogate.step_methods.state import ChainState, ExploreState, SurrogateStepState
 from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 
 __all__ = ["SurrogateStep", "ChainState"]
@@ -104,10 +104,10 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
         )
         return ChainState(
             training=TrainingSet(self.dim, self.context.dim),
-            recent_moves=deque(maxlen=self.tuning.stuck_window),
             metric=metric,
             step_adapt=self._step_size_adaptation(initial_step),
             explore_adapt=DualAverageAdaptation(1.0, 0.3, 0.05, 0.75, 10),
+            explore=ExploreState(recent_moves=deque(maxlen=self.tuning.stuck_window)),
         )
 
     def _step_size_adaptation(self, initial_step: float) -> DualAverageAdaptation:
@@ -160,7 +160,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
         start = time.perf_counter()
         chain = self.chain
         q = q0.data.astype(np.float64, copy=False)
-        logp_before, grad_before = chain.total_logp_evals, chain.total_grad_evals
+        logp_before, grad_before = chain.counts.logp_evals, chain.counts.grad_evals
         current = self._current_point(chain, q)
 
         # 1. the phase, 2. its kernel
@@ -169,13 +169,13 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
         if jumping:
             info = independence_transition(
                 current, lambda q: self._evaluate(chain, q, with_grad=False),
-                chain.tail_jumps, self.rng,
+                chain.tails.jumps, self.rng,
             )
         elif exploring:
             info = self._explore_step(chain, current)
         else:
             info = self._surrogate_step(chain, current)
-            chain.recent_moves.append(info.accepted)
+            chain.explore.recent_moves.append(info.accepted)
 
         # 3. adaptation (tune only), then the online policy's hook
         if self.tune and not chain.frozen:
@@ -188,7 +188,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
         # 4. stats
         warning = None
         if info.diverging and not self.tune:
-            chain.draw_divergences += 1
+            chain.counts.draw_divergences += 1
             warning = SamplerWarning(
                 WarningType.DIVERGENCE,
                 "Energy error above max_energy_error or a non-finite energy.",
@@ -202,7 +202,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
         # draws, while a stuck surrogate is set aside, or after a failed fit (not the
         # planned exploration before the first fit).
         fallback = exploring and (
-            chain.frozen or chain.paused or chain.last_fit_error is not None
+            chain.frozen or chain.explore.paused or chain.fits.last_error is not None
         )
         stats = {
             "accept": info.accept_prob,
@@ -214,16 +214,16 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
             "step_size": info.step_size,
             "n_steps": info.n_steps,
             "model_logp": -info.point.potential,
-            "model_evals": chain.total_logp_evals - logp_before,
-            "gradient_evals": chain.total_grad_evals - grad_before,
-            "total_model_evals": chain.total_logp_evals,
-            "total_gradient_evals": chain.total_grad_evals,
+            "model_evals": chain.counts.logp_evals - logp_before,
+            "gradient_evals": chain.counts.grad_evals - grad_before,
+            "total_model_evals": chain.counts.logp_evals,
+            "total_gradient_evals": chain.counts.grad_evals,
             "training_size": len(chain.training),
             "uses_surrogate": not (exploring or jumping),
             "fallback": fallback,
             "tail_jump": jumping,
-            "surrogate_fits": chain.n_fits,
-            "diverging_total": chain.draw_divergences,
+            "surrogate_fits": chain.counts.fits,
+            "diverging_total": chain.counts.draw_divergences,
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
             "warning": warning,

@@ -43,7 +43,7 @@ class Evaluator:
         try:
             if with_grad:
                 logp, grad = self.functions.logp_and_grad(q)
-                chain.total_grad_evals += 1
+                chain.counts.grad_evals += 1
                 potential, grad_u = -logp, -grad
             else:
                 logp = self.functions.logp(q)
@@ -54,7 +54,7 @@ class Evaluator:
                 f"{chain.iteration} ({phase} phase) at {self.describe(q)}: "
                 f"{type(err).__name__}: {err}"
             ) from err
-        chain.total_logp_evals += 1
+        chain.counts.logp_evals += 1
         if potential == -np.inf:
             # Accepted, such a point would absorb the chain: every proposal loses against it.
             raise SamplingError(

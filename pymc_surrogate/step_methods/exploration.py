@@ -32,15 +32,15 @@ class Exploration:
         return int(max(300, 30 * self.dim))
 
     def _surrogate_stuck(self, chain: ChainState) -> bool:
-        moves = chain.recent_moves
+        moves = chain.explore.recent_moves
         return len(moves) >= self.tuning.stuck_window and np.mean(moves) < self.tuning.stuck_acceptance
 
     def _explores_now(self, chain: ChainState) -> bool:
         if chain.surrogate is None:
             return True
         if not chain.frozen:
-            return chain.paused
-        return chain.explore_probability > 0 and self.rng.uniform() < chain.explore_probability
+            return chain.explore.paused
+        return chain.explore.probability > 0 and self.rng.uniform() < chain.explore.probability
 
     def _explore_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
         """Exact kernels used before a surrogate exists: HMC, or DE-MCz without gradients."""
@@ -59,7 +59,7 @@ class Exploration:
                 self.rng,
                 max_steps=self.tuning.explore_max_steps,
             )
-        history = chain.explore_history
+        history = chain.explore.history
         if history is None:
             history = self._explore_history(chain)
         return differential_evolution_transition(
@@ -108,9 +108,9 @@ class Exploration:
         """
         history = self._late_tuning_states(chain)[0]
         if len(history) < 10 * self.dim:
-            if chain.prior_draws is None:
-                chain.prior_draws = self._draw_prior(10 * self.dim)
-            history = np.vstack([chain.prior_draws, history])
+            if chain.explore.prior_draws is None:
+                chain.explore.prior_draws = self._draw_prior(10 * self.dim)
+            history = np.vstack([chain.explore.prior_draws, history])
         return history
 
     def _draw_prior(self, n: int) -> np.ndarray:

@@ -36,19 +36,19 @@ class TailJumps:
         states, potentials = self._late_tuning_states(chain)
         if self.tail_jumps == 0 or len(states) <= self.dim:
             return
-        chain.tail_jumps = CauchyJumps(chain.whitening)
+        chain.tails.jumps = CauchyJumps(chain.whitening)
         if self.tail_jumps != "auto":
-            chain.tail_jump_probability = self.tail_jumps
+            chain.tails.probability = self.tail_jumps
             return
-        if chain.explore_probability > 0:
+        if chain.explore.probability > 0:
             return
         # From a child stream: a chain the check leaves without jumps draws exactly what
         # it would have drawn with tail_jumps=0.
-        proposals = chain.tail_jumps.draw(self.rng.spawn(1)[0], size=self.tuning.tail_jump_trials)
+        proposals = chain.tails.jumps.draw(self.rng.spawn(1)[0], size=self.tuning.tail_jump_trials)
         field = self._surrogate_field(chain)
         thinned = states[:: max(1, len(states) // 200)]
         expected = independence_acceptance(
-            chain.tail_jumps, thinned, [field(q)[0] for q in thinned],
+            chain.tails.jumps, thinned, [field(q)[0] for q in thinned],
             proposals, [field(q)[0] for q in proposals],
         )
         if expected < self.tuning.tail_jump_min_acceptance:
@@ -61,12 +61,12 @@ class TailJumps:
             ]
         except ModelEvaluationError:
             return
-        chain.tail_jump_check = check = assess_tail_jumps(
-            chain.tail_jumps, states, potentials, proposals, values,
+        chain.tails.check = check = assess_tail_jumps(
+            chain.tails.jumps, states, potentials, proposals, values,
             min_acceptance=self.tuning.tail_jump_min_acceptance,
         )
         if check.worthwhile:
-            chain.tail_jump_probability = self.tuning.tail_jump_probability
+            chain.tails.probability = self.tuning.tail_jump_probability
             self._warn(
                 chain, WarningType.CONVERGENCE,
                 f"heavy tails (posterior mass {check.mass_beyond:.1g} beyond three times the "
@@ -79,6 +79,6 @@ class TailJumps:
     def _jumps_now(self, chain: ChainState) -> bool:
         return (
             chain.frozen
-            and chain.tail_jump_probability > 0
-            and self.rng.uniform() < chain.tail_jump_probability
+            and chain.tails.probability > 0
+            and self.rng.uniform() < chain.tails.probability
         )

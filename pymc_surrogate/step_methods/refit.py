@@ -43,8 +43,8 @@ class Refits:
         )
         surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
         potentials = training.potentials[keep]
-        chain.weight_reference = float(np.min(potentials))
-        weights = self.policy.weights(potentials, chain.weight_reference, self.dim)
+        chain.fits.weight_reference = float(np.min(potentials))
+        weights = self.policy.weights(potentials, chain.fits.weight_reference, self.dim)
         return surrogate.fit(inputs, potentials, training.gradients[keep], sample_weight=weights)
 
     def _min_points(self) -> int:
@@ -53,7 +53,7 @@ class Refits:
     def _final_fit(self, chain: ChainState) -> bool:
         """The fit on all tuning data when tuning ends; False if the draws have no surrogate."""
         if chain.surrogate is None and not self._enough_data(chain):
-            chain.explore_history = self._explore_history(chain)
+            chain.explore.history = self._explore_history(chain)
             short = []
             if chain.iteration < self.explore_steps:
                 short.append(f"{chain.iteration} iterations, fewer than the {self.explore_steps} "
@@ -69,24 +69,24 @@ class Refits:
                 f"least {self._suggested_tune()} for this model).",
             )
             return False
-        stuck = chain.paused or self._surrogate_stuck(chain)
+        stuck = chain.explore.paused or self._surrogate_stuck(chain)
         self._refit(chain)
         if chain.surrogate is None:
-            chain.explore_history = self._explore_history(chain)
+            chain.explore.history = self._explore_history(chain)
             self._warn(
                 chain, WarningType.BAD_PARAMS,
                 f"no surrogate fit succeeded in a chain's {chain.iteration} tuning iterations "
                 f"({len(chain.training)} training points; last failure: "
-                f"{chain.last_fit_error}). Its draws use the exact exploration kernel instead "
+                f"{chain.fits.last_error}). Its draws use the exact exploration kernel instead "
                 "(stat `fallback`): correct, but it mixes slower and costs more model "
                 "evaluations. Increase `tune`, or check that the model's logp is smooth and "
                 "finite near the posterior.",
             )
             return False
-        if chain.last_fit_error is not None:
+        if chain.fits.last_error is not None:
             self._warn(
                 chain, WarningType.BAD_PARAMS,
-                f"the final surrogate fit of a chain failed ({chain.last_fit_error}); its "
+                f"the final surrogate fit of a chain failed ({chain.fits.last_error}); its "
                 "draws use the surrogate fitted earlier in tuning, which may move the chain "
                 "less well. Increase `tune` for more training data.",
             )
@@ -94,8 +94,8 @@ class Refits:
             # A surrogate that stopped moving the chain in tune may do so again in the
             # draws; a fixed share of exact exploration steps keeps the chain exact and
             # moving (a mixture of two kernels that both leave the posterior invariant).
-            chain.explore_probability = self.tuning.stuck_explore_probability
-            chain.explore_history = self._explore_history(chain)
+            chain.explore.probability = self.tuning.stuck_explore_probability
+            chain.explore.history = self._explore_history(chain)
             self._warn(
                 chain, WarningType.BAD_ACCEPTANCE,
                 f"the surrogate moved a chain in fewer than {self.tuning.stuck_acceptance:.0%} of "
@@ -118,26 +118,26 @@ class Refits:
             if self._enough_data(chain) and self._fit_due(chain):
                 self._refit(chain)
             return
-        if chain.paused:
+        if chain.explore.paused:
             if self._fit_due(chain):
                 self._refit(chain)
             return
         if self._surrogate_stuck(chain):
-            chain.paused = True
+            chain.explore.paused = True
             return
-        chain.accept_since_fit.append(info.correction_acceptance)
+        chain.fits.accept_since.append(info.correction_acceptance)
         if self._fit_due(chain):
-            if np.mean(chain.accept_since_fit) < self.tuning.good_acceptance:
+            if np.mean(chain.fits.accept_since) < self.tuning.good_acceptance:
                 self._refit(chain)
             else:  # the surrogate is good: postpone the (costly) refit
-                chain.last_fit_iteration = chain.iteration + 1
-                chain.accept_since_fit = []
+                chain.fits.last_iteration = chain.iteration + 1
+                chain.fits.accept_since = []
 
     def _fit_due(self, chain: ChainState) -> bool:
         """Fits (and retries after a failed one) at geometrically spaced iterations."""
-        if chain.last_fit_iteration == 0:
+        if chain.fits.last_iteration == 0:
             return True
-        return chain.iteration + 1 >= self.tuning.refit_growth * chain.last_fit_iteration + self.tuning.refit_offset
+        return chain.iteration + 1 >= self.tuning.refit_growth * chain.fits.last_iteration + self.tuning.refit_offset
 
     def _late_tuning_states(self, chain: ChainState) -> tuple[np.ndarray, np.ndarray]:
         """The second half of the tuning states (past the initial transient) and their
@@ -164,9 +164,9 @@ class Refits:
             surrogate = self._fit_surrogate(chain)
         except (np.linalg.LinAlgError, ValueError) as err:
             # Try again on the refit schedule, not at every iteration.
-            chain.last_fit_iteration = chain.iteration + 1
-            chain.accept_since_fit = []
-            chain.last_fit_error = f"{type(err).__name__}: {err}"
+            chain.fits.last_iteration = chain.iteration + 1
+            chain.fits.accept_since = []
+            chain.fits.last_error = f"{type(err).__name__}: {err}"
             if self.tune:  # stop_tuning reports the outcome of the final fit
                 self._warn(
                     chain, WarningType.BAD_PARAMS,
@@ -175,14 +175,14 @@ class Refits:
                     level="debug",
                 )
             return
-        chain.last_fit_error = None
+        chain.fits.last_error = None
         if chain.surrogate is None:
-            chain.surrogate_start = chain.iteration
-        chain.last_fit_iteration = chain.iteration + 1
-        chain.accept_since_fit = []
-        chain.recent_moves.clear()
-        chain.paused = False
-        chain.n_fits += 1
+            chain.fits.first_iteration = chain.iteration
+        chain.fits.last_iteration = chain.iteration + 1
+        chain.fits.accept_since = []
+        chain.explore.recent_moves.clear()
+        chain.explore.paused = False
+        chain.counts.fits += 1
         surrogate, warm_up = self._without_spurious_well(chain, chain_scale, surrogate)
         self._use_surrogate(chain, surrogate)
         self._adapt_to_surrogate(chain, chain_scale, warm_up)
