@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness import model_has_gradient, reference_moments  # noqa: E402
 from pymc_surrogate import AdaptiveSurrogateHMC, SurrogateHMC  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
-from pymc_surrogate.models import MODELS  # noqa: E402
+from benchmarks.models import MODELS  # noqa: E402
 
 SAMPLERS = {"AdaptiveSurrogateHMC": AdaptiveSurrogateHMC, "SurrogateHMC": SurrogateHMC, "NUTS": None}
 

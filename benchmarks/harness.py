@@ -248,7 +248,7 @@ def _param_names(model: Any, info: Any) -> list[str]:
 
 
 def _counts(info: Any) -> tuple[int, int]:
-    from pymc_surrogate.models.counting import evaluation_counts
+    from benchmarks.models.counting import evaluation_counts
 
     return evaluation_counts(info)
 
@@ -760,7 +760,7 @@ def run_benchmark(
     Parameters
     ----------
     models : iterable of str
-        Names from :data:`pymc_surrogate.models.MODELS`.
+        Names from :data:`benchmarks.models.MODELS`.
     samplers : iterable of str, optional
         Sampler names: ``"NUTS"``, ``"DEMetropolisZ"``, ``"Slice"`` and any key of
         ``pymc_surrogate.STEP_METHODS``; ``None`` or ``["all"]`` means all of them.
@@ -797,7 +797,7 @@ def run_benchmark(
     import pymc as pm
     import pytensor
 
-    from pymc_surrogate.models import MODELS, build_model
+    from benchmarks.models import MODELS, build_model
 
     if verbose and not _log.handlers:
         handler = logging.StreamHandler()

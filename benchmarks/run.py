@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from the command line; returns the process exit code."""
     args = parse_args(argv)
     if args.list:
-        from pymc_surrogate.models import MODELS
+        from benchmarks.models import MODELS
 
         samplers, registry_error = available_samplers()
         print("models:  ", ", ".join(MODELS))

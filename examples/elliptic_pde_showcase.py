@@ -67,7 +67,7 @@ if str(_REPO) not in sys.path:  # run as a script: make `benchmarks` importable
 
 from benchmarks.harness import _PhaseRecorder, load_step_registry  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
-from pymc_surrogate.models.elliptic_pde import PDEModelInfo, make_pde_model  # noqa: E402
+from benchmarks.models.elliptic_pde import PDEModelInfo, make_pde_model  # noqa: E402
 
 __all__ = ["parse_args", "main", "run_sampler", "comparison_table", "SamplerResult"]
 

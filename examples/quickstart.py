@@ -8,15 +8,21 @@ sample. Run: ``python examples/quickstart.py [--n-obs 30000] [--draws 1000]``.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import arviz as az
 import pymc as pm
 from threadpoolctl import threadpool_limits
 
-from pymc_surrogate import SurrogateHMC
-from pymc_surrogate.compat import posterior_dataset
-from pymc_surrogate.models import make_logistic_regression
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO) not in sys.path:  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(_REPO))
+
+from benchmarks.models import make_logistic_regression  # noqa: E402
+from pymc_surrogate import SurrogateHMC  # noqa: E402
+from pymc_surrogate.compat import posterior_dataset  # noqa: E402
 
 
 def run(label, model, info, step_factory, draws, tune, seed):

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
-from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_surrogate.core.integrator import Metric, ValueAndGrad
 from pymc_surrogate.core.transitions import hmc_move
 
-__all__ = ["SurrogateWarmUp", "warm_up_on_surrogate"]
+__all__ = ["StepSizeAdaptation", "SurrogateWarmUp", "warm_up_on_surrogate"]
+
+
+class StepSizeAdaptation(Protocol):
+    """What the warm-up needs of a step-size adaptation; PyMC's ``DualAverageAdaptation``
+    satisfies it (the step methods pass one in: ``core`` does not import PyMC)."""
+
+    def current(self, tune: bool) -> float: ...
+
+    def update(self, accept_stat: float, tune: bool) -> None: ...
 
 
 class SurrogateWarmUp(NamedTuple):
@@ -25,8 +33,7 @@ def warm_up_on_surrogate(
     value_and_grad: ValueAndGrad,
     q0: np.ndarray,
     metric: Metric,
-    initial_step: float,
-    target_accept: float,
+    adapt: StepSizeAdaptation,
     path_length: float,
     rng: np.random.Generator,
     n_adapt: int = 150,
@@ -38,7 +45,7 @@ def warm_up_on_surrogate(
     After a refit the old step size may be far off (a poor early surrogate drives it
     down), and the chain's own tuning history may have collapsed in a direction it
     failed to explore. Both can be mended on the surrogate, with PyMC's
-    ``DualAverageAdaptation`` and no model evaluation: both corrections adapt the step
+    ``DualAverageAdaptation`` (``adapt``, fresh from the caller) and no model evaluation: both corrections adapt the step
     size on the surrogate's own acceptance, so this is where the adaptation starts from.
 
     Returns
@@ -47,7 +54,6 @@ def warm_up_on_surrogate(
         The step size, and ``n_samples`` draws of the surrogate density (for a scale
         estimate) with their surrogate potentials.
     """
-    adapt = DualAverageAdaptation(initial_step, target_accept, 0.05, 0.75, 10)
     q = np.asarray(q0, dtype=np.float64)
     potential, grad = value_and_grad(q)
     samples = np.empty((n_samples, q.size))

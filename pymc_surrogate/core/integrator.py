@@ -49,7 +49,6 @@ def leapfrog(
     step_size: float,
     n_steps: int,
     max_energy_range: float = np.inf,
-    on_point: Callable[[np.ndarray, float, np.ndarray], None] | None = None,
 ) -> TrajectoryEnd:
     """Integrate Hamilton's equations for ``H = U(q) + K(p)`` with the leapfrog scheme.
 
@@ -72,8 +71,6 @@ def leapfrog(
     max_energy_range : float
         Stop early once the field's Hamiltonian has varied by more than this along the
         path (a divergence); the end is then flagged ``finite=False``.
-    on_point : callable, optional
-        Called as ``on_point(q, U, grad)`` at every new point (to record training data).
 
     Returns
     -------
@@ -84,8 +81,6 @@ def leapfrog(
     for step in range(1, n_steps + 1):
         q = q + step_size * metric.velocity(p)
         potential, grad = value_and_grad(q)
-        if on_point is not None:
-            on_point(q, potential, grad)
         half = -0.5 * step_size * grad
         if step < n_steps:
             kinetic = metric.energy(p + half)

@@ -3,13 +3,14 @@
 Every kernel here leaves the true posterior ``exp(-U)`` invariant once its inputs are
 fixed (surrogate, metric, step size), which is what keeps the samplers exact. Model
 evaluations go through the ``evaluate`` callback so the caller can count them and keep
-them as training data.
+them as training data. The HMC kernels share one skeleton, ``integrate`` (jittered path,
+fresh momentum, leapfrog); ``hmc_move`` adds the Metropolis test on the field it ran on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -21,29 +22,23 @@ from pymc_surrogate.core.metropolis import (
     metropolis_accept,
     surrogate_transition_log_ratio,
 )
+from pymc_surrogate.core.types import ChainPoint, HMCMove, Trajectory, TransitionInfo
 
 __all__ = [
     "ChainPoint",
     "TransitionInfo",
+    "HMCMove",
+    "Trajectory",
     "Evaluate",
+    "IndependenceProposal",
+    "integrate",
+    "hmc_move",
     "exact_hmc_transition",
     "surrogate_hmc_transition",
     "surrogate_transition",
     "differential_evolution_transition",
     "independence_transition",
-    "IndependenceProposal",
-    "hmc_move",
-    "HMCMove",
 ]
-
-
-class ChainPoint(NamedTuple):
-    """A position with its true potential and (if known) gradient of the potential."""
-
-    q: np.ndarray
-    potential: float
-    grad: np.ndarray | None
-
 
 # q -> ChainPoint at q, from the true model (counted and recorded by the caller).
 Evaluate = Callable[[np.ndarray], ChainPoint]
@@ -57,144 +52,36 @@ class IndependenceProposal(Protocol):
     def log_density(self, q: np.ndarray) -> float: ...
 
 
-class TransitionInfo(NamedTuple):
-    """What a transition did, for stats and adaptation."""
-
-    point: ChainPoint
-    accepted: bool
-    accept_prob: float
-    adapt_stat: float  # the acceptance statistic the step size adapts on
-    diverging: bool
-    energy: float
-    energy_error: float
-    surrogate_energy_error: float
-    n_steps: int
-    step_size: float
-    # Acceptance of the true-model correction alone (the surrogate's quality); for
-    # kernels with one Metropolis test it equals accept_prob.
-    correction_prob: float | None = None
-
-
 def _nan_to_inf(x: float) -> float:
     return np.inf if np.isnan(x) else x
 
 
-def exact_hmc_transition(
-    current: ChainPoint,
-    evaluate_with_grad: Evaluate,
-    metric: Metric,
-    step_size: float,
-    path_length: float,
-    max_energy_error: float,
-    rng: np.random.Generator,
-    max_steps: int = 256,
-) -> TransitionInfo:
-    """Plain HMC on the true potential; every leapfrog point is a model evaluation."""
+def integrate(
+    q: np.ndarray, potential: float, grad: np.ndarray, value_and_grad: ValueAndGrad,
+    metric: Metric, step_size: float, path_length: float, max_energy_error: float,
+    rng: np.random.Generator, max_steps: int = 256,
+) -> Trajectory:
+    """The HMC skeleton: a jittered step and integration time (independent of the state,
+    so exact), a fresh momentum, and leapfrog on ``value_and_grad`` from ``q``."""
     eps, n_steps = jittered_trajectory(step_size, path_length, rng, max_steps=max_steps, shortest=0.5)
-    p0 = metric.random()
-    h0 = hamiltonian(current.potential, metric.energy(p0))
-    last: list[ChainPoint] = []
-
-    def true_field(q: np.ndarray) -> tuple[float, np.ndarray]:
-        point = evaluate_with_grad(q)
-        last[:] = [point]
-        return point.potential, point.grad
-
-    end = leapfrog(
-        current.q, p0, current.potential, current.grad, true_field, metric, eps, n_steps,
-        max_energy_range=max_energy_error,
-    )
-    h1 = hamiltonian(end.potential, metric.energy(end.p)) if end.finite else np.inf
-    error = _nan_to_inf(h1 - h0)
-    accepted, prob = metropolis_accept(-error, rng) if end.finite else (False, 0.0)
-    point = last[0] if accepted else current
-    return TransitionInfo(
-        point, accepted, prob, prob, not end.finite or error > max_energy_error,
-        h1 if accepted else h0, error, error, end.n_steps, eps,
-    )
-
-
-def surrogate_hmc_transition(
-    current: ChainPoint,
-    evaluate: Evaluate,
-    surrogate_value_and_grad: ValueAndGrad,
-    metric: Metric,
-    step_size: float,
-    path_length: float,
-    max_energy_error: float,
-    rng: np.random.Generator,
-) -> TransitionInfo:
-    """rns-hmc Algorithm 3: leapfrog on the surrogate, accept with the true Hamiltonian.
-
-    The true acceptance pays for both integration and surrogate error. A trajectory that
-    diverges on the surrogate is rejected without evaluating the model.
-
-    The step size adapts on the surrogate Hamiltonian's acceptance (``adapt_stat``): the
-    integration error is what the step size controls. The surrogate's own error does not
-    shrink with the step, and adapting on the true acceptance turned a moderately wrong
-    surrogate into a step size collapsing toward zero (d = 50, condition number 1000: step
-    1e-4 with 200 steps a trajectory, the chain stuck in place).
-    """
-    eps, n_steps = jittered_trajectory(step_size, path_length, rng, shortest=0.5)
-    p0 = metric.random()
-    kinetic0 = metric.energy(p0)
-    s_potential, s_grad = surrogate_value_and_grad(current.q)
-    end = leapfrog(
-        current.q, p0, s_potential, s_grad, surrogate_value_and_grad, metric, eps, n_steps,
-        max_energy_range=max_energy_error,
-    )
-    h0 = hamiltonian(current.potential, kinetic0)
-    if not end.finite:
-        return TransitionInfo(current, False, 0.0, 0.0, True, h0, np.inf, np.inf, end.n_steps, eps)
-    kinetic1 = metric.energy(end.p)
-    surrogate_error = _nan_to_inf((end.potential + kinetic1) - (s_potential + kinetic0))
-    proposal = evaluate(end.q)
-    h1 = hamiltonian(proposal.potential, kinetic1)
-    error = _nan_to_inf(h1 - h0)
-    accepted, prob = metropolis_accept(-error, rng)
-    integration_prob = accept_probability(-surrogate_error)
-    return TransitionInfo(
-        proposal if accepted else current, accepted, prob, integration_prob,
-        error > max_energy_error, h1 if accepted else h0, error, surrogate_error,
-        end.n_steps, eps, prob,
-    )
-
-
-class HMCMove(NamedTuple):
-    """One Metropolis-adjusted HMC move on a cheap field (the surrogate)."""
-
-    q: np.ndarray
-    potential: float
-    grad: np.ndarray
-    accepted: bool
-    accept_prob: float
-    diverged: bool
-    energy_error: float
-    kinetic: float  # kinetic energy at the end of the move (accepted or not)
-    n_steps: int
-    step_size: float
-
-
-def hmc_move(
-    q: np.ndarray,
-    potential: float,
-    grad: np.ndarray,
-    value_and_grad: ValueAndGrad,
-    metric: Metric,
-    step_size: float,
-    path_length: float,
-    max_energy_error: float,
-    rng: np.random.Generator,
-) -> HMCMove:
-    """HMC transition exact for ``exp(-U)`` of ``value_and_grad`` (jittered length and step)."""
-    eps, n_steps = jittered_trajectory(step_size, path_length, rng, shortest=0.5)
     p0 = metric.random()
     kinetic0 = metric.energy(p0)
     end = leapfrog(q, p0, potential, grad, value_and_grad, metric, eps, n_steps,
                    max_energy_range=max_energy_error)
+    return Trajectory(end, kinetic0, metric.energy(end.p) if end.finite else np.inf, eps)
+
+
+def hmc_move(
+    q: np.ndarray, potential: float, grad: np.ndarray, value_and_grad: ValueAndGrad,
+    metric: Metric, step_size: float, path_length: float, max_energy_error: float,
+    rng: np.random.Generator, max_steps: int = 256,
+) -> HMCMove:
+    """HMC transition exact for ``exp(-U)`` of ``value_and_grad``."""
+    path = integrate(q, potential, grad, value_and_grad, metric, step_size, path_length,
+                     max_energy_error, rng, max_steps)
+    end, kinetic0, kinetic1, eps = path
     if not end.finite:
         return HMCMove(q, potential, grad, False, 0.0, True, np.inf, kinetic0, end.n_steps, eps)
-    kinetic1 = metric.energy(end.p)
     error = _nan_to_inf((end.potential + kinetic1) - (potential + kinetic0))
     accepted, prob = metropolis_accept(-error, rng)
     if accepted:
@@ -202,16 +89,71 @@ def hmc_move(
     return HMCMove(q, potential, grad, False, prob, False, error, kinetic0, end.n_steps, eps)
 
 
-def surrogate_transition(
-    current: ChainPoint,
-    evaluate: Evaluate,
-    surrogate_value_and_grad: ValueAndGrad,
-    metric: Metric,
-    step_size: float,
-    path_length: float,
-    max_energy_error: float,
-    n_inner: int,
+def exact_hmc_transition(
+    current: ChainPoint, evaluate_with_grad: Evaluate, metric: Metric, step_size: float,
+    path_length: float, max_energy_error: float, rng: np.random.Generator, max_steps: int = 256,
+) -> TransitionInfo:
+    """Plain HMC on the true potential; every leapfrog point is a model evaluation."""
+    last: list[ChainPoint] = []
+
+    def true_field(q: np.ndarray) -> tuple[float, np.ndarray]:
+        point = evaluate_with_grad(q)
+        last[:] = [point]
+        return point.potential, point.grad
+
+    move = hmc_move(current.q, current.potential, current.grad, true_field, metric, step_size,
+                    path_length, max_energy_error, rng, max_steps)
+    return TransitionInfo(
+        point=last[0] if move.accepted else current, accepted=move.accepted,
+        accept_prob=move.accept_prob, adapt_stat=move.accept_prob,
+        diverging=move.diverged or move.energy_error > max_energy_error,
+        energy=hamiltonian(move.potential, move.kinetic), energy_error=move.energy_error,
+        surrogate_energy_error=move.energy_error, n_steps=move.n_steps, step_size=move.step_size,
+    )
+
+
+def surrogate_hmc_transition(
+    current: ChainPoint, evaluate: Evaluate, surrogate_value_and_grad: ValueAndGrad,
+    metric: Metric, step_size: float, path_length: float, max_energy_error: float,
     rng: np.random.Generator,
+) -> TransitionInfo:
+    """rns-hmc Algorithm 3: leapfrog on the surrogate, accept with the true Hamiltonian.
+
+    The true acceptance pays for both integration and surrogate error. A trajectory that
+    diverges on the surrogate is rejected without evaluating the model. The step size
+    adapts on the surrogate Hamiltonian's acceptance (``adapt_stat``): the integration
+    error is what the step size controls (docs/design.md, "step size").
+    """
+    s_potential, s_grad = surrogate_value_and_grad(current.q)
+    end, kinetic0, kinetic1, eps = integrate(
+        current.q, s_potential, s_grad, surrogate_value_and_grad, metric, step_size,
+        path_length, max_energy_error, rng,
+    )
+    h0 = hamiltonian(current.potential, kinetic0)
+    if not end.finite:
+        return TransitionInfo(
+            point=current, accepted=False, accept_prob=0.0, adapt_stat=0.0, diverging=True,
+            energy=h0, energy_error=np.inf, surrogate_energy_error=np.inf,
+            n_steps=end.n_steps, step_size=eps,
+        )
+    surrogate_error = _nan_to_inf((end.potential + kinetic1) - (s_potential + kinetic0))
+    proposal = evaluate(end.q)
+    h1 = hamiltonian(proposal.potential, kinetic1)
+    error = _nan_to_inf(h1 - h0)
+    accepted, prob = metropolis_accept(-error, rng)
+    return TransitionInfo(
+        point=proposal if accepted else current, accepted=accepted, accept_prob=prob,
+        adapt_stat=accept_probability(-surrogate_error), diverging=error > max_energy_error,
+        energy=h1 if accepted else h0, energy_error=error,
+        surrogate_energy_error=surrogate_error, n_steps=end.n_steps, step_size=eps,
+        correction_prob=prob,
+    )
+
+
+def surrogate_transition(
+    current: ChainPoint, evaluate: Evaluate, surrogate_value_and_grad: ValueAndGrad,
+    metric: Metric, step_size: float, path_length: float, max_energy_error: float,
+    n_inner: int, rng: np.random.Generator,
 ) -> TransitionInfo:
     """Surrogate transition (Liu 2001 §9.4; delayed acceptance, Christen & Fox 2005).
 
@@ -231,11 +173,15 @@ def surrogate_transition(
         n_steps += move.n_steps
         diverged |= move.diverged
     adapt_stat = float(np.mean(probs))
+    inner = dict(adapt_stat=adapt_stat, diverging=diverged, n_steps=n_steps,
+                 surrogate_energy_error=move.energy_error, step_size=move.step_size)
     if q is current.q:
         # Reported acceptance: the chance the whole transition moves (inner times outer).
-        h = hamiltonian(current.potential, move.kinetic)
-        return TransitionInfo(current, False, adapt_stat, adapt_stat, diverged, h, 0.0,
-                              move.energy_error, n_steps, move.step_size, 1.0)
+        return TransitionInfo(
+            point=current, accepted=False, accept_prob=adapt_stat,
+            energy=hamiltonian(current.potential, move.kinetic), energy_error=0.0,
+            correction_prob=1.0, **inner,
+        )
     proposal = evaluate(q)
     log_ratio = surrogate_transition_log_ratio(
         current.potential, proposal.potential, s_start, s_potential
@@ -243,17 +189,14 @@ def surrogate_transition(
     accepted, prob = metropolis_accept(log_ratio, rng)
     point = proposal if accepted else current
     return TransitionInfo(
-        point, accepted, prob * adapt_stat, adapt_stat, diverged,
-        hamiltonian(point.potential, move.kinetic),
-        -log_ratio, move.energy_error, n_steps, move.step_size, prob,
+        point=point, accepted=accepted, accept_prob=prob * adapt_stat,
+        energy=hamiltonian(point.potential, move.kinetic), energy_error=-log_ratio,
+        correction_prob=prob, **inner,
     )
 
 
 def differential_evolution_transition(
-    current: ChainPoint,
-    evaluate: Evaluate,
-    history: np.ndarray,
-    scale: float,
+    current: ChainPoint, evaluate: Evaluate, history: np.ndarray, scale: float,
     rng: np.random.Generator,
 ) -> TransitionInfo:
     """Gradient-free exploration: differential evolution (DE-MCz) mixed with a random walk.
@@ -278,15 +221,11 @@ def differential_evolution_transition(
         jump = 0.1 * scale * rng.standard_normal(dim)
     proposal = evaluate(current.q + jump)
     error = _nan_to_inf(proposal.potential - current.potential)
-    accepted, prob = metropolis_accept(-error, rng)
-    point = proposal if accepted else current
-    return TransitionInfo(point, accepted, prob, prob, False, point.potential, error, np.nan, 0, scale)
+    return _metropolis_on_potential(current, proposal, error, rng, step_size=scale)
 
 
 def independence_transition(
-    current: ChainPoint,
-    evaluate: Evaluate,
-    proposal: IndependenceProposal,
+    current: ChainPoint, evaluate: Evaluate, proposal: IndependenceProposal,
     rng: np.random.Generator,
 ) -> TransitionInfo:
     """Independence Metropolis-Hastings: ``y ~ g`` whatever the current state, accepted
@@ -295,8 +234,17 @@ def independence_transition(
     log_ratio = _nan_to_inf(candidate.potential + float(proposal.log_density(candidate.q))) - (
         current.potential + float(proposal.log_density(current.q))
     )
-    accepted, prob = metropolis_accept(-log_ratio, rng)
+    return _metropolis_on_potential(current, candidate, log_ratio, rng, step_size=np.nan)
+
+
+def _metropolis_on_potential(
+    current: ChainPoint, candidate: ChainPoint, error: float, rng: np.random.Generator,
+    step_size: float,
+) -> TransitionInfo:
+    """Accept ``candidate`` with ``min(1, exp(-error))`` (a proposal without momentum)."""
+    accepted, prob = metropolis_accept(-error, rng)
     point = candidate if accepted else current
     return TransitionInfo(
-        point, accepted, prob, prob, False, point.potential, log_ratio, np.nan, 0, np.nan
+        point=point, accepted=accepted, accept_prob=prob, adapt_stat=prob, diverging=False,
+        energy=point.potential, energy_error=error, step_size=step_size,
     )

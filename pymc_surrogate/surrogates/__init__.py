@@ -1,7 +1,19 @@
 """Numpy surrogates of the potential U(q) = -logp(q). No PyMC import here."""
 
-from pymc_surrogate.surrogates.base import PotentialSurrogate
+from pymc_surrogate.surrogates.base import (
+    DesignedSurrogate,
+    Domain,
+    OnlineSurrogate,
+    Surrogate,
+)
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["PotentialSurrogate", "RandomNetworkSurrogate", "Whitening"]
+__all__ = [
+    "Surrogate",
+    "OnlineSurrogate",
+    "DesignedSurrogate",
+    "Domain",
+    "RandomNetworkSurrogate",
+    "Whitening",
+]

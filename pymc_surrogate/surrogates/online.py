@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-__all__ = ["RecursiveLeastSquares"]
+__all__ = ["RecursiveLeastSquares", "OnlineLinearWeights"]
 
 
 class RecursiveLeastSquares:
@@ -80,3 +80,52 @@ class RecursiveLeastSquares:
 def _rank_one_update(mat: np.ndarray, alpha: float, vec: np.ndarray) -> np.ndarray:
     """``mat + alpha vec vec^T`` in place (BLAS dger) when ``mat`` is Fortran-ordered."""
     return scipy.linalg.blas.dger(alpha, vec, vec, a=mat, overwrite_a=True)
+
+
+class OnlineLinearWeights:
+    """``partial_fit`` and ``snapshot`` (``OnlineSurrogate``) for a surrogate that is linear
+    in its output weights and fitted by ridge: its online learner is a
+    ``RecursiveLeastSquares`` started from the last fit's normal equations.
+
+    The surrogate provides ``value_features(positions)``, ``target_offset_``,
+    ``normal_equations_``, ``with_coefficients(coef, learner)`` and
+    ``_set_coefficients(coef, learner)``; its predictions call ``_refresh`` when stale.
+    """
+
+    learner_: RecursiveLeastSquares | None = None
+    _stale = False
+
+    def partial_fit(self, positions, potentials=None, gradients=None, sample_weight=None):
+        """Continue the last ``fit`` with new points: exact online ridge (rns-hmc Prop. 1).
+
+        The output weights are updated by recursive least squares on the fit's basis, in
+        ``O(p^2)`` a point for ``p`` weights; the result equals the batch ridge solution on
+        all the data. Values only.
+        """
+        if potentials is None or gradients is not None:
+            raise ValueError("partial_fit learns from potentials only (no gradients).")
+        positions = np.atleast_2d(np.asarray(positions, dtype=np.float64))
+        potentials = np.asarray(potentials, dtype=np.float64).reshape(-1)
+        root = np.ones_like(potentials) if sample_weight is None else np.sqrt(sample_weight)
+        rows = self.value_features(positions)
+        self._online().update(root[:, None] * rows, root * (potentials - self.target_offset_))
+        self._stale = True
+        return self
+
+    def snapshot(self):
+        """A copy with the weights learned so far, fixed whatever the original learns next
+        (trajectories need a surrogate that stays fixed within a transition)."""
+        learner = self._online()
+        return self.with_coefficients(learner.coef, learner)
+
+    def _online(self) -> RecursiveLeastSquares:
+        if self.learner_ is None:
+            eq = self.normal_equations_
+            self.learner_ = RecursiveLeastSquares(eq.gram, eq.rhs, eq.penalty, eq.column_scale)
+        return self.learner_
+
+    def _refresh(self) -> None:
+        """Predictions from the online learner's weights (lazily, after ``partial_fit``)."""
+        self._set_coefficients(self.learner_.coef, self.learner_)
+        self._stale = False
+

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 from pymc_surrogate.surrogates.features import (
     QUADRATIC_LEVELS,
@@ -11,87 +10,61 @@ from pymc_surrogate.surrogates.features import (
     RandomFeatures,
     polynomial_size,
 )
-from pymc_surrogate.surrogates.online import RecursiveLeastSquares
-from pymc_surrogate.surrogates.ridge import NormalEquations, solve_ridge
+from pymc_surrogate.surrogates.data import TrainingData
+from pymc_surrogate.surrogates.online import OnlineLinearWeights, RecursiveLeastSquares
+from pymc_surrogate.surrogates.quadratic import (
+    CURVATURE_FLOOR,
+    condition_on_proper_quadratic,
+    fit_proper,
+    positive_definite,
+)
+from pymc_surrogate.surrogates.ridge import NormalEquations
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["RandomNetworkSurrogate"]
 
-# In whitened coordinates the posterior's curvature is about 1: far flatter quadratic
-# directions are fitting artefacts along which trajectories would run away.
-CURVATURE_FLOOR = 0.02
 # The surrogate is trusted out to this multiple of its farthest training point.
 TRUST_FACTOR = 2.0
 
 
-class RandomNetworkSurrogate:
-    r"""Shallow random network fitted to potential values and gradients.
+class RandomNetworkSurrogate(OnlineLinearWeights):
+    r"""Shallow random network fitted to potential values and gradients (rns-hmc §3, Alg. 2).
 
-    The surrogate is ``U~(q) = c + a.x + x^T A x / 2 + sum_i v_i h_i(x)`` in whitened
-    coordinates ``x = L^{-1}(q - mean)``: a polynomial base that carries a near-Gaussian
-    posterior, plus random hidden nodes ``h_i`` (extreme learning machine) that fit what is
-    left. Only the output weights are learned, by regularised least squares: each training
-    point contributes one equation for its value and ``d`` for its gradient (potential
-    matching and score matching in one system).
+    ``U~(q) = c + a.x + x^T A x / 2 + sum_i v_i h_i(x)`` in whitened coordinates
+    ``x = L^{-1}(q - mean)``: a polynomial base for a near-Gaussian posterior plus random
+    hidden nodes (extreme learning machine); only the output weights are learned, by ridge
+    regression on one equation per value and ``d`` per gradient.
 
     Parameters
     ----------
     n_hidden : int or "auto"
-        Hidden nodes ``s``. ``"auto"``: a quarter of the equations left after the
-        polynomial block, at most ``max_hidden``, kept only if they predict the last fifth
-        of the points (fitted without them) better than the polynomial base alone.
+        Hidden nodes; "auto" takes a quarter of the spare equations (at most
+        ``max_hidden``), kept only if they predict held-out points better.
     activation : {"softplus", "rbf"}
-        Additive softplus nodes (default: they capture global structure) or RBF nodes.
     quadratic : {"auto", "full", "diagonal", "isotropic", "none"}
-        Quadratic terms of the base. ``"auto"`` picks the richest level with at least two
-        equations per coefficient (isotropic at least).
+        Quadratic terms of the base; "auto" the richest with two equations a coefficient.
     alpha : float, optional
-        Ridge penalty on the hidden-node weights; ``None`` chooses it by generalised
-        cross-validation.
+        Ridge penalty on the hidden weights; ``None``: generalised cross-validation.
     min_alpha : float
-        With ``alpha=None``: the smallest penalty cross-validation may choose, relative to
-        the largest eigenvalue of the (equilibrated) hidden-node block. On noise-free
-        potentials cross-validation favours the smallest penalty it is offered, and a
-        nearly unpenalised network interpolates the data but may dive between and
-        beyond them (Student-t(3), d = 3, values and gradients: a well 15 below the mode,
-        4 sd from the nearest training point). A floor of 1e-6 removes such wells but
-        costs accuracy where a flexible fit is needed (black-box banana: ESS 800-2000
-        down to 5-100 with the Hamiltonian correction), so the step methods raise it
-        only for a fit whose own draws fall into a well.
-    max_hidden : int
-        Upper bound for ``n_hidden="auto"``.
-    max_equations : int
-        Training points are randomly sub-sampled so that the system has at most this many
-        rows; it bounds the fit's time and memory.
+        Smallest relative penalty cross-validation may choose (wells: docs/design.md).
+    max_hidden, max_equations : int
+        Bounds on the network and on the least-squares system (random sub-sampling).
     gradient_weight : float
         Weight of gradient equations relative to value equations.
     whitening : Whitening, optional
-        Fixed whitening; by default it is estimated from the training positions.
+        Fixed whitening; by default estimated from the training positions.
     random_state : int or numpy Generator, optional
+    max_training_error : float, optional
+        ``fit`` raises ``ValueError`` when a coefficient is not finite or the relative
+        training error is not below this (an unusable fit); ``None`` never raises.
 
-    Attributes
-    ----------
-    whitening_ : Whitening
-    polynomial_ : PolynomialFeatures
-    hidden_ : RandomFeatures
-    n_train_ : int
-        Training points used in the last fit.
-    alpha_ : float
-    target_offset_ : float
-        Mean of the training potentials, subtracted before fitting.
-    normal_equations_ : RidgeSolution
-        The fit's normal equations, from which an online learner can continue.
-    training_error_ : float
-        Relative residual ``|y - y_hat| / |y|`` over the (centred) training equations.
-    is_finite_ : bool
-        Whether every learned coefficient is finite.
-    trust_radius_ : float
-        Beyond this whitened distance from the training points' centre (twice the
-        farthest training point) the surrogate gains a wall ``(|x| - R)^2 / 2``. Far from
-        its data a fit can have spurious wells (softplus nodes grow linearly, the
-        quadratic may be floored flat) that pull trajectories to absurd values where the
-        true model may not even evaluate. The wall is finite, so every region stays
-        reachable and the exact correction still targets the true posterior.
+    Notes
+    -----
+    Learned attributes: ``whitening_``, ``polynomial_``, ``hidden_``, ``alpha_``,
+    ``target_offset_`` (mean potential), ``normal_equations_`` (what ``partial_fit``
+    continues), ``training_error_``, ``is_finite_``, ``trust_radius_`` (beyond it a finite
+    wall ``(|x| - R)^2 / 2``). Online learning: ``partial_fit`` / ``snapshot``
+    (``OnlineLinearWeights``). Details and measurements: docs/design.md.
     """
 
     def __init__(
@@ -106,6 +79,7 @@ class RandomNetworkSurrogate:
         gradient_weight: float = 1.0,
         whitening: Whitening | None = None,
         random_state: int | np.random.Generator | None = None,
+        max_training_error: float | None = None,
     ):
         if n_hidden != "auto" and (not isinstance(n_hidden, int | np.integer) or n_hidden < 0):
             raise ValueError(f"n_hidden must be a non-negative integer or 'auto'; got {n_hidden!r}.")
@@ -134,6 +108,7 @@ class RandomNetworkSurrogate:
         self.gradient_weight = gradient_weight
         self.whitening = whitening
         self.random_state = random_state
+        self.max_training_error = max_training_error
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -160,35 +135,10 @@ class RandomNetworkSurrogate:
             Weight of each point's equations in the least squares (value and gradient
             alike): where the fit should be most accurate.
         """
-        positions = np.atleast_2d(np.asarray(positions, dtype=np.float64))
-        n, dim = positions.shape
-        if potentials is None and gradients is None:
-            raise ValueError("fit needs potentials, gradients, or both.")
-        if n == 0:
-            raise ValueError("fit needs at least one training point.")
-        # NaN marks an unknown value or gradient: such a point adds only what it has.
-        has_value = np.zeros(n, dtype=bool)
-        has_grad = np.zeros(n, dtype=bool)
-        if potentials is not None:
-            potentials = np.asarray(potentials, dtype=np.float64).reshape(n)
-            has_value = np.isfinite(potentials)
-        n_grad = dim
-        if gradients is not None:
-            gradients = np.asarray(gradients, dtype=np.float64).reshape(n, -1)
-            n_grad = gradients.shape[1]
-            if not 0 < n_grad <= dim:
-                raise ValueError(
-                    f"gradients must have between 1 and {dim} columns (the inputs); got {n_grad}."
-                )
-            has_grad = np.all(np.isfinite(gradients), axis=1)
-        weight_of = np.ones(n)
-        if sample_weight is not None:
-            weight_of = np.asarray(sample_weight, dtype=np.float64).reshape(n)
-            if not np.all(np.isfinite(weight_of) & (weight_of >= 0)):
-                raise ValueError("sample_weight must be finite and non-negative.")
-        usable = np.all(np.isfinite(positions), axis=1) & (has_value | has_grad) & (weight_of > 0)
-        if not np.any(usable):
-            raise ValueError("No finite training point to fit the surrogate to.")
+        data = TrainingData.check(positions, potentials, gradients, sample_weight)
+        positions, potentials, gradients = data.positions, data.potentials, data.gradients
+        has_value, has_grad, weight_of, usable = data.has_value, data.has_grad, data.weight, data.usable
+        dim, n_grad = positions.shape[1], data.n_grad
         rng = np.random.default_rng(self.random_state)
 
         keep = np.flatnonzero(usable)
@@ -270,16 +220,18 @@ class RandomNetworkSurrogate:
             equations = fold.plus(NormalEquations.from_design(design[n_fold:], target[n_fold:]))
         else:
             equations = NormalEquations.from_design(design, target)
-        solution, coef = self._fit_proper(equations, n_free)
+        solution, coef = fit_proper(equations, polynomial, n_free, self.alpha, self.min_alpha)
         if hidden.size:
             # The base fits share the free block (and its eigendecomposition) with the full ones.
-            base_solution, base_coef = self._fit_proper(
-                equations.columns(base_columns), n_free, solution.free_inverse
+            base_solution, base_coef = fit_proper(
+                equations.columns(base_columns), polynomial, n_free, self.alpha,
+                self.min_alpha, solution.free_inverse,
             )
             if choose_nodes:
-                fold_solution, fold_coef = self._fit_proper(fold, n_free)
-                _, fold_base = self._fit_proper(
-                    fold.columns(base_columns), n_free, fold_solution.free_inverse
+                fold_solution, fold_coef = fit_proper(fold, polynomial, n_free, self.alpha, self.min_alpha)
+                _, fold_base = fit_proper(
+                    fold.columns(base_columns), polynomial, n_free, self.alpha,
+                    self.min_alpha, fold_solution.free_inverse,
                 )
                 held_design, held_target = design[n_fold:], target[n_fold:]
                 drop = _squared_error(held_design, held_target, fold_coef) >= _squared_error(
@@ -307,7 +259,15 @@ class RandomNetworkSurrogate:
         self.hidden_coef_ = coef[polynomial.size :]
         self.target_offset_ = offset
         self.normal_equations_ = solution
+        self.learner_ = None
+        self._stale = False
         self._prepare_prediction(offset)
+        if self.max_training_error is not None and not (
+            self.is_finite_ and self.training_error_ < self.max_training_error
+        ):
+            raise ValueError(
+                f"the fit is unusable (relative training error {self.training_error_:.3g})"
+            )
         return self
 
     def value_features(self, positions: np.ndarray) -> np.ndarray:
@@ -327,77 +287,17 @@ class RandomNetworkSurrogate:
         """
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
-        if learner is not None:
-            coef = self._condition_on_proper_quadratic(coef, learner)
-        p = self.polynomial_.size
-        clone.polynomial_coef_ = np.array(coef[:p], dtype=np.float64)
-        clone.hidden_coef_ = np.array(coef[p:], dtype=np.float64)
-        clone._prepare_prediction(self.target_offset_)
+        clone.learner_, clone._stale = None, False  # fixed weights, no online learner
+        clone._set_coefficients(coef, learner)
         return clone
 
-    def _fit_proper(
-        self, equations: NormalEquations, n_free: int,
-        free_inverse: tuple[np.ndarray, int] | None = None,
-    ):
-        """Least squares whose quadratic block is positive definite.
-
-        The unconstrained fit can bend the quadratic negative where the hidden nodes
-        compensate; clipping it afterwards alone would leave a surrogate that no longer
-        fits the data (off by thousands on a banana), so the other weights are re-solved
-        with the clipped quadratic held fixed. The returned normal equations stay those
-        of the unconstrained problem, which an online learner continues.
-        """
-        solution = solve_ridge(
-            equations, n_free, self.alpha, free_inverse=free_inverse, min_alpha=self.min_alpha
-        )
-        coef = np.concatenate([solution.free, solution.penalised])
-        proper = self._proper_quadratic(coef)
-        if proper is not None:
-            linear = 1 + self.polynomial_.dim
-            rest = solve_ridge(
-                equations.fix_columns(np.arange(linear, n_free), proper), linear,
-                solution.alpha if solution.penalised.size else None,
-            )
-            coef = np.concatenate([rest.free, proper, rest.penalised])
-        return solution, coef
-
-    def _proper_quadratic(self, coef: np.ndarray) -> np.ndarray | None:
-        """The clipped quadratic block's coefficients, or None when no clip is needed."""
-        if self.polynomial_.quadratic == "none":
-            return None
-        quad = self.polynomial_.quadratic_matrix(coef)
-        proper = _positive_definite(quad, absolute_floor=CURVATURE_FLOOR)
-        return None if proper is quad else self.polynomial_.quadratic_coefficients(proper)
-
-    def _condition_on_proper_quadratic(
-        self, coef: np.ndarray, learner: RecursiveLeastSquares
-    ) -> np.ndarray:
-        """Minimise the learner's least-squares objective with the quadratic block clipped.
-
-        The objective is ``(c - coef)^T A (c - coef)`` plus a constant (``A`` the learner's
-        regularised Gram matrix, in its scaled columns), so fixing the quadratic block at
-        ``q`` moves the rest by ``-A_rr^{-1} A_rq (q - coef_q)``: a solve with the small
-        block of the other weights, not with the quadratic one (d = 50: 251 against 1275
-        columns; the latter, at every adaptation, was 3/4 of AdaptiveSurrogateHMC's time).
-        """
-        proper = self._proper_quadratic(coef)
-        if proper is None:
-            return coef
-        quad = np.arange(1 + self.polynomial_.dim, self.polynomial_.size)
-        rest = np.setdiff1d(np.arange(coef.size), quad)
-        scale = learner.column_scale
-        precision = learner.precision
-        coupling = precision[np.ix_(rest, quad)] @ ((proper - coef[quad]) * scale[quad])
-        try:
-            shift = scipy.linalg.cho_solve(
-                scipy.linalg.cho_factor(precision[np.ix_(rest, rest)], lower=True), coupling
-            )
-        except np.linalg.LinAlgError:
-            shift = np.linalg.lstsq(precision[np.ix_(rest, rest)], coupling, rcond=None)[0]
-        out = np.array(coef, dtype=np.float64)
-        out[quad] = proper
-        out[rest] -= shift / scale[rest]
-        return out
+    def _set_coefficients(self, coef: np.ndarray, learner: RecursiveLeastSquares | None) -> None:
+        if learner is not None:
+            coef = condition_on_proper_quadratic(self.polynomial_, coef, learner)
+        p = self.polynomial_.size
+        self.polynomial_coef_ = np.array(coef[:p], dtype=np.float64)
+        self.hidden_coef_ = np.array(coef[p:], dtype=np.float64)
+        self._prepare_prediction(self.target_offset_)
 
     def _choose_quadratic(self, dim: int, n_equations: int) -> str:
         if self.quadratic != "auto":
@@ -420,7 +320,7 @@ class RandomNetworkSurrogate:
         quad = self.polynomial_.quadratic_matrix(coef)
         if self.polynomial_.quadratic != "none":
             # A no-op after fit; a safety net for weights given without their learner.
-            quad = _positive_definite(quad, absolute_floor=CURVATURE_FLOOR)
+            quad = positive_definite(quad, absolute_floor=CURVATURE_FLOOR)
         self._quadratic = inv_chol.T @ quad @ inv_chol
         self._inv_chol = inv_chol
         self._mean = self.whitening_.mean
@@ -439,6 +339,8 @@ class RandomNetworkSurrogate:
     # --------------------------------------------------------------- prediction
     def value_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         """Surrogate potential and gradient at one position (the leapfrog hot path)."""
+        if self._stale:
+            self._refresh()
         r = q - self._mean
         quad_r = self._quadratic @ r
         value = self._intercept + self._linear @ r + 0.5 * (r @ quad_r)
@@ -468,6 +370,8 @@ class RandomNetworkSurrogate:
 
     def predict(self, positions: np.ndarray) -> np.ndarray:
         """Surrogate potentials at positions (n, d): the same function as ``value_and_grad``."""
+        if self._stale:
+            self._refresh()
         q = np.atleast_2d(np.asarray(positions, dtype=np.float64))
         r = q - self._mean
         white = r @ self._inv_chol.T
@@ -480,25 +384,6 @@ class RandomNetworkSurrogate:
                 values = values + self.hidden_.values(white) @ self._node_coef
         excess = np.maximum(np.sqrt(np.einsum("ni,ni->n", white, white)) - self.trust_radius_, 0.0)
         return values + 0.5 * excess**2
-
-    def predict_gradient(self, positions: np.ndarray) -> np.ndarray:
-        """Surrogate gradients at positions (n, d)."""
-        return np.array([self.value_and_grad(q)[1] for q in np.atleast_2d(positions)])
-
-
-def _positive_definite(mat: np.ndarray, floor: float = 1e-3, absolute_floor: float = 0.0) -> np.ndarray:
-    """Clip the eigenvalues of a symmetric matrix to at least ``floor`` times the largest.
-
-    A least-squares quadratic can come out indefinite from too few or too local data;
-    the surrogate is then unbounded below and trajectories escape along the negative
-    directions. Clipping keeps it a proper density (the exact correction pays for the
-    change), and leaves a well-fitted positive-definite base untouched.
-    """
-    vals, vecs = np.linalg.eigh(mat)
-    lowest = max(floor * max(float(np.max(np.abs(vals))), 1e-12), absolute_floor)
-    if vals.min() >= lowest:
-        return mat
-    return (vecs * np.maximum(vals, lowest)) @ vecs.T
 
 
 def _squared_error(design: np.ndarray, target: np.ndarray, coef: np.ndarray) -> float:

@@ -23,8 +23,8 @@ from benchmarks.harness import (
     reference_moments,
     run_benchmark,
 )
-from pymc_surrogate import models as models_pkg
-from pymc_surrogate.models import EvaluationCounter, ModelInfo, count_evaluations
+from benchmarks import models as models_pkg
+from benchmarks.models import EvaluationCounter, ModelInfo, count_evaluations
 
 
 class _BlackBoxNormalLogp(Op):

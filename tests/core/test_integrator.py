@@ -70,11 +70,3 @@ def test_energy_range_is_symmetric_in_direction():
     end = run(q0, p0)
     back = run(end.q, -end.p)
     assert back.energy_range == pytest.approx(end.energy_range, rel=1e-8)
-
-
-def test_on_point_sees_every_evaluation():
-    seen = []
-    u, g = banana_field(np.zeros(2))
-    leapfrog(np.zeros(2), np.ones(2), u, g, banana_field, METRICS[0], 0.05, 9,
-             on_point=lambda q, u, g: seen.append(q))
-    assert len(seen) == 9

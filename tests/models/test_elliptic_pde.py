@@ -1,4 +1,4 @@
-"""Tests for the elliptic PDE inverse problem (pymc_surrogate.models.elliptic_pde)."""
+"""Tests for the elliptic PDE inverse problem (benchmarks.models.elliptic_pde)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse.linalg as spla
 from pytensor.gradient import NullTypeGradError
 
-from pymc_surrogate.models.elliptic_pde import (
+from benchmarks.models.elliptic_pde import (
     EllipticPDEProblem,
     KLBasis,
     PDEForwardAdjointOp,
@@ -116,7 +116,7 @@ def test_solver_converges_to_series_solution():
 def test_observation_operator_bilinear_interpolation():
     # n = 25: observation points are not all mesh nodes; interpolation of a
     # bilinear nodal field must be exact anyway.
-    from pymc_surrogate.models.elliptic_pde import _bilinear_interpolation_matrix
+    from benchmarks.models.elliptic_pde import _bilinear_interpolation_matrix
 
     n = 25
     pts = observation_points(11)

@@ -10,7 +10,7 @@ import pytensor.tensor as pt
 import pytest
 from scipy.stats import multivariate_normal
 
-from pymc_surrogate.models import (
+from benchmarks.models import (
     MODELS,
     SIZES,
     EvaluationCounter,
@@ -23,7 +23,7 @@ from pymc_surrogate.models import (
     make_logistic_regression,
     make_narrow_gaussian,
 )
-from pymc_surrogate.models.banana import banana_log_density
+from benchmarks.models.banana import banana_log_density
 
 OWN_MODELS = ["logistic", "banana", "gp", "narrow_gaussian", "correlated_gaussian"]
 
@@ -179,7 +179,7 @@ def test_registry_sizes_and_errors():
 
 @pytest.mark.parametrize("name", ["pde_blackbox", "pde_adjoint"])
 def test_pde_entries_build_when_available(name):
-    pytest.importorskip("pymc_surrogate.models.elliptic_pde")
+    pytest.importorskip("benchmarks.models.elliptic_pde")
     model, info = MODELS[name]("smoke")
     before = evaluation_counts(info)
     assert np.isfinite(model.compile_logp()(model.initial_point()))
@@ -272,7 +272,7 @@ def test_banana_reference_against_2d_grid_and_rejection_sample():
 
 def test_logistic_data_follow_the_paper_design():
     _, info = make_logistic_regression(n_obs=20_000, n_features=10, seed=2)
-    from pymc_surrogate.models.logistic import simulate_logistic_data
+    from benchmarks.models.logistic import simulate_logistic_data
 
     X, y, beta = simulate_logistic_data(20_000, 10, 2)
     np.testing.assert_array_equal(beta, info.extra["beta_true"])
@@ -283,7 +283,7 @@ def test_logistic_data_follow_the_paper_design():
 
 
 def test_logistic_logp_value_and_gradient_match_numpy_and_finite_differences():
-    from pymc_surrogate.models.logistic import simulate_logistic_data
+    from benchmarks.models.logistic import simulate_logistic_data
 
     n_obs, d = 3000, 6
     model, info = make_logistic_regression(n_obs=n_obs, n_features=d, seed=1)

@@ -115,7 +115,7 @@ def real(seeds=range(1, 6)) -> None:
     import pymc as pm
 
     from pymc_surrogate import SurrogateHMC
-    from pymc_surrogate.models import make_banana
+    from benchmarks.models import make_banana
     from tests.conftest import correlated_gaussian, gaussian_model
     from tests.reliability.broken import no_metropolis_correction
 

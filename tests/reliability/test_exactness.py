@@ -16,7 +16,7 @@ import pymc as pm
 import pytest
 from scipy import stats as sps
 
-from pymc_surrogate.models import make_banana
+from benchmarks.models import make_banana
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.helpers import (
     SEED,

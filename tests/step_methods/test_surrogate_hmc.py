@@ -1,3 +1,4 @@
+import dataclasses
 import logging
 import pickle
 import warnings
@@ -43,8 +44,23 @@ def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
                           discard_tuned_samples=False, **{**SAMPLE, "draws": 100, "tune": 400})
     # one evaluation a trial, none for a trajectory that diverges on the surrogate
     trials = _evaluations_between_tuning_and_draws(idata)
-    assert np.all((trials > 0) & (trials <= SurrogateHMC._full_length_trials)), trials
+    assert np.all((trials > 0) & (trials <= SurrogateHMC.tuning.full_length_trials)), trials
     assert idata.sample_stats.model_evals.max() <= 1
+
+
+def test_adaptive_does_not_learn_from_the_full_length_trials():
+    """The full-length trials are no draws and their proposals are no training data: an
+    adaptive surrogate that learned from them would learn from 50 trajectories at a length
+    the draws may not use (issue 17). The first draw adds at most its own evaluation."""
+    mean, cov = correlated_gaussian(4, seed=6)
+    with gaussian_model(mean, cov):
+        step = AdaptiveSurrogateHMC(correction="hamiltonian", tail_jumps=0)
+        idata = pm.sample(step=step, discard_tuned_samples=False,
+                          **{**SAMPLE, "draws": 20, "tune": 400})
+    assert np.all(_evaluations_between_tuning_and_draws(idata) > 0)  # the trials ran
+    last_tune = idata.warmup_sample_stats.training_size.values[:, -1]
+    first_draw = idata.sample_stats.training_size.values[:, 0]
+    assert np.all(first_draw - last_tune <= idata.sample_stats.model_evals.values[:, 0])
 
 
 @pytest.mark.parametrize("target, full_length", [(0.65, True), (0.999, False)])
@@ -54,7 +70,7 @@ def test_hamiltonian_draws_get_the_full_length_only_if_it_holds_the_target(targe
     mean, cov = correlated_gaussian(3, seed=7)
     with gaussian_model(mean, cov):
         step = SurrogateHMC(correction="hamiltonian")
-        step._path_target = target
+        step.tuning = dataclasses.replace(step.tuning, path_target=target)
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 400})
     tuned = step._trajectory_length(step.chain) < step.path_length
     assert (step.chain.path_adapt is None) is full_length
@@ -348,13 +364,10 @@ def test_when_every_refit_has_a_well_the_first_fit_is_kept(cls, settings):
     kept = step.chain.surrogate
     assert kept.settings == {}
     if step.chain.learner is not None:
-        # the online learner continues the kept fit's normal equations, not another fit's
-        # (the draws do not adapt here, so its Gram matrix is still the fit's)
-        gram = step.chain.learner.precision
-        fitted = kept.normal_equations_.gram
-        assert gram.shape == fitted.shape
-        np.testing.assert_array_equal(gram - np.diag(np.diag(gram)),
-                                      fitted - np.diag(np.diag(fitted)))
+        # the online learner (the surrogate's partial_fit) continues the kept fit, not
+        # another fit: the trajectories' surrogate is a copy of it
+        assert step.chain.learner.settings == {}
+        assert step.chain.learner.normal_equations_ is kept.normal_equations_
 
 
 def test_a_faithful_surrogate_is_not_refitted():
@@ -368,19 +381,19 @@ def test_a_faithful_surrogate_is_not_refitted():
 @pytest.mark.parametrize("cls", [SurrogateHMC, AdaptiveSurrogateHMC])
 def test_light_tails_get_no_tail_jumps_after_a_check_outside_the_draws(cls):
     """The heavy-tail check's evaluations come between tuning and the first draw (at most
-    ``_tail_jump_trials``) and are no training data (AdaptiveSurrogateHMC learns in the
+    ``tuning.tail_jump_trials``) and are no training data (AdaptiveSurrogateHMC learns in the
     draws); a Gaussian's draws then contain no tail jump."""
     mean, cov = correlated_gaussian(2, seed=3)
     with gaussian_model(mean, cov):
         step = cls()
         idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 300})
     trials = _evaluations_between_tuning_and_draws(idata)
-    assert np.all((trials > 0) & (trials <= cls._tail_jump_trials)), trials
+    assert np.all((trials > 0) & (trials <= cls.tuning.tail_jump_trials)), trials
     learned = (idata.sample_stats.training_size.values[:, 0]
                - idata.warmup_sample_stats.training_size.values[:, -1])
     assert np.all(learned <= 1), learned  # at most the first draw's own proposal
     assert not idata.sample_stats.tail_jump.values.any()
-    assert not step.chain.tail_jump_check.worthwhile
+    assert not step.chain.tails.check.worthwhile
 
 
 def test_student_t_tails_get_tail_jumps_in_the_draws_only():
@@ -389,7 +402,7 @@ def test_student_t_tails_get_tail_jumps_in_the_draws_only():
         step = SurrogateHMC()
         idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 500})
     jumps = idata.sample_stats.tail_jump.values
-    share = SurrogateHMC._tail_jump_probability
+    share = SurrogateHMC.tuning.tail_jump_probability
     n = jumps.size
     assert abs(jumps.mean() - share) < 4 * np.sqrt(share * (1 - share) / n), jumps.mean()
     assert not idata.warmup_sample_stats.tail_jump.values.any()
@@ -405,7 +418,7 @@ def test_a_fixed_tail_jump_share_skips_the_check():
         step = SurrogateHMC(tail_jumps=0.3)
         idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 500})
     assert np.all(_evaluations_between_tuning_and_draws(idata) == 0)
-    assert step.chain.tail_jump_check is None
+    assert step.chain.tails.check is None
     share = idata.sample_stats.tail_jump.values.mean()
     assert abs(share - 0.3) < 4 * np.sqrt(0.3 * 0.7 / idata.sample_stats.tail_jump.size)
 
@@ -433,4 +446,4 @@ def test_a_model_that_raises_at_a_trial_gets_no_tail_jumps():
         step = _FailsFarFromTheData()
         idata = pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 200})
     assert not idata.sample_stats.tail_jump.values.any()
-    assert step.chain.tail_jump_check is None and step.chain.tail_jump_probability == 0
+    assert step.chain.tails.check is None and step.chain.tails.probability == 0

@@ -3,6 +3,7 @@ import pytest
 
 from pymc_surrogate.surrogates import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.online import RecursiveLeastSquares
+from pymc_surrogate.surrogates.quadratic import proper_quadratic
 from pymc_surrogate.surrogates.ridge import solve_partially_penalised_ridge
 
 
@@ -78,7 +79,7 @@ def test_clipped_quadratic_is_the_constrained_minimum_of_the_learner():
     learner.update(surrogate.value_features(positions[100:]),
                    saddle(positions[100:]) - surrogate.target_offset_)
     coef = learner.coef
-    proper = surrogate._proper_quadratic(coef)
+    proper = proper_quadratic(surrogate.polynomial_, coef)
     assert proper is not None, "the test needs an indefinite quadratic"
     clipped = surrogate.with_coefficients(coef, learner)
     result = np.r_[clipped.polynomial_coef_, clipped.hidden_coef_]

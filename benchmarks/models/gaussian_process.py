@@ -6,7 +6,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from pymc_surrogate.models.counting import EvaluationCounter, ModelInfo, count_evaluations
+from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
 
 __all__ = ["make_gp_model", "simulate_gp_data", "GP_PARAM_NAMES"]
 

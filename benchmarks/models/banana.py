@@ -6,7 +6,7 @@ import numpy as np
 import pymc as pm
 from scipy.integrate import trapezoid
 
-from pymc_surrogate.models.counting import EvaluationCounter, ModelInfo, count_evaluations
+from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
 
 __all__ = ["make_banana", "banana_reference_moments", "banana_log_density"]
 

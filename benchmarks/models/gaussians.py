@@ -7,7 +7,7 @@ import pymc as pm
 import pytensor.tensor as pt
 from scipy.stats import ortho_group
 
-from pymc_surrogate.models.counting import EvaluationCounter, ModelInfo, count_evaluations
+from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
 
 __all__ = ["make_gaussian", "make_narrow_gaussian", "make_correlated_gaussian", "narrow_covariance"]
 

@@ -1,7 +1,7 @@
 """Benchmark models with evaluation counters and, where known, exact reference moments.
 
 Every builder returns ``(pm.Model, info)``; ``info`` carries the evaluation counter (see
-:mod:`pymc_surrogate.models.counting`), the parameter names and the reference posterior
+:mod:`benchmarks.models.counting`), the parameter names and the reference posterior
 moments when they are known exactly.
 
 :data:`MODELS` maps short names to builders taking a ``size`` argument:
@@ -29,21 +29,21 @@ from typing import Any
 
 import pymc as pm
 
-from pymc_surrogate.models.banana import make_banana
-from pymc_surrogate.models.counting import (
+from benchmarks.models.banana import make_banana
+from benchmarks.models.counting import (
     CountingIdentity,
     EvaluationCounter,
     ModelInfo,
     count_evaluations,
     evaluation_counts,
 )
-from pymc_surrogate.models.gaussian_process import make_gp_model
-from pymc_surrogate.models.gaussians import (
+from benchmarks.models.gaussian_process import make_gp_model
+from benchmarks.models.gaussians import (
     make_correlated_gaussian,
     make_gaussian,
     make_narrow_gaussian,
 )
-from pymc_surrogate.models.logistic import make_logistic_regression
+from benchmarks.models.logistic import make_logistic_regression
 
 __all__ = [
     "CountingIdentity",
@@ -68,11 +68,11 @@ SIZES = ("smoke", "default", "paper")
 
 
 def make_pde_model(*args: Any, **kwargs: Any) -> tuple[pm.Model, Any]:
-    """Elliptic PDE inverse problem; see :func:`pymc_surrogate.models.elliptic_pde.make_pde_model`.
+    """Elliptic PDE inverse problem; see :func:`benchmarks.models.elliptic_pde.make_pde_model`.
 
     Imported on first call, so this package imports even while that module is missing or broken.
     """
-    from pymc_surrogate.models.elliptic_pde import make_pde_model as _make_pde_model
+    from benchmarks.models.elliptic_pde import make_pde_model as _make_pde_model
 
     return _make_pde_model(*args, **kwargs)
 

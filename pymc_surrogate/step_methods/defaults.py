@@ -1,0 +1,67 @@
+"""The step methods' tuning constants, in one place, each with where its value comes from.
+
+Every step reads them as ``self.tuning``; a subclass or a test may swap in
+``dataclasses.replace(TUNING, ...)``. Measurements behind them: ``docs/design.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Tuning", "TUNING"]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Tuning constants of ``SurrogateStep`` and its subclasses (not user parameters)."""
+
+    # --- exploration (exploration.py)
+    #: Exploration's longest path: it only has to reach and cover the typical set.
+    explore_path_length: float = 1.5
+    #: At most this many exact leapfrog steps a trajectory (logistic d = 50: tuning cost
+    #: 3057 -> 1719 evaluations with 32 and early mass updates, same ESS).
+    explore_max_steps: int = 32
+    #: Adapt the exploration mass matrix from PyMC's first window on (same measurement).
+    early_mass_update: bool = True
+    #: Start tune with an L-BFGS climb to the mode (gradient models only).
+    start_at_mode: bool = True
+    #: Bound of that climb: a funnel's unbounded density cannot send it far.
+    mode_iterations: int = 50
+    # --- the stall fallback (exploration.py, refit.py)
+    #: Surrogate steps over which a stall is judged (black-box PDE: acceptance 0 for the
+    #: rest of tuning after a poor early fit).
+    stuck_window: int = 30
+    #: Acceptance below which the surrogate counts as stuck.
+    stuck_acceptance: float = 0.05
+    #: Share of exact exploration steps in the draws of a chain whose surrogate stalled.
+    stuck_explore_probability: float = 0.25
+    # --- refits (refit.py)
+    #: Refits at iterations growing geometrically by this factor ...
+    refit_growth: float = 1.5
+    #: ... plus this many iterations.
+    refit_offset: int = 50
+    #: True acceptance above which a due refit is postponed (the surrogate is good).
+    good_acceptance: float = 0.9
+    #: A fit whose relative training error is not below this explains less than 36% of
+    #: the targets' variance: unusable (a rough early fit is still worth using).
+    max_training_error: float = 0.8
+    #: The surrogate-sampled scale is trusted within this factor of the chain's estimate.
+    metric_trust: float = 1e3
+    # --- Hamiltonian correction's path length (corrections.py)
+    #: True acceptance the path length adapts toward.
+    path_target: float = 0.65
+    #: Shortest adapted length, as a fraction of ``path_length``.
+    shortest_path: float = 0.1
+    #: Trial transitions that decide whether the draws get the full path (black-box
+    #: banana: a dual-averaged length over 50 trials stopped at a third of the path).
+    full_length_trials: int = 50
+    # --- tail jumps (heavy_tails.py, core/tail_jumps.py)
+    #: Share of a heavy-tailed chain's draws that are tail jumps.
+    tail_jump_probability: float = 0.2
+    #: True evaluations of the heavy-tail check (100 seeds: t(3) found 87-100%).
+    tail_jump_trials: int = 60
+    #: Jumps accepted less often than this are not worth their evaluations.
+    tail_jump_min_acceptance: float = 0.05
+
+
+TUNING = Tuning()

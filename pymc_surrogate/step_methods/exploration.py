@@ -1,0 +1,133 @@
+"""Exact kernels before a surrogate exists, and when a surrogate stalls.
+
+Exploration is exact HMC on the true model when it has a gradient (every leapfrog point is
+training data), else a differential-evolution random walk (DE-MCz). The same kernel is the
+fallback while a stuck surrogate is set aside in tune, and a fixed share of the draws of a
+chain whose surrogate stalled (a mixture of two exact kernels).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.optimize
+
+from pymc_surrogate.core.transitions import (
+    differential_evolution_transition,
+    exact_hmc_transition,
+)
+from pymc_surrogate.core.types import ChainPoint, TransitionInfo
+from pymc_surrogate.step_methods.state import ChainState
+
+__all__ = ["Exploration"]
+
+
+class Exploration:
+    """Mixin of ``SurrogateStep``: the exploration kernels and the stall fallback."""
+
+    def _default_explore_steps(self) -> int:
+        # Exact HMC gathers d+1 equations at every leapfrog point, so a short run gives
+        # a good fit; a random walk gives one equation a step and mixes slowly.
+        if self.functions.has_gradient:
+            return 60
+        return int(max(300, 30 * self.dim))
+
+    def _surrogate_stuck(self, chain: ChainState) -> bool:
+        moves = chain.explore.recent_moves
+        return len(moves) >= self.tuning.stuck_window and np.mean(moves) < self.tuning.stuck_acceptance
+
+    def _explores_now(self, chain: ChainState) -> bool:
+        if chain.surrogate is None:
+            return True
+        if not chain.frozen:
+            return chain.explore.paused
+        return chain.explore.probability > 0 and self.rng.uniform() < chain.explore.probability
+
+    def _explore_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
+        """Exact kernels used before a surrogate exists: HMC, or DE-MCz without gradients."""
+        if self.has_gradient:
+            if current.grad is None:
+                current = self._evaluate(chain, current.q, with_grad=True)
+            if chain.iteration == 0 and self.tune and self.tuning.start_at_mode:
+                current = self._climb_to_mode(chain, current)
+            return exact_hmc_transition(
+                current,
+                lambda q: self._evaluate(chain, q, with_grad=True),
+                chain.metric,
+                chain.step_adapt.current(self.tune and not chain.frozen),
+                min(self.path_length, self.tuning.explore_path_length),
+                self.max_energy_error,
+                self.rng,
+                max_steps=self.tuning.explore_max_steps,
+            )
+        history = chain.explore.history
+        if history is None:
+            history = self._explore_history(chain)
+        return differential_evolution_transition(
+            current,
+            lambda q: self._evaluate(chain, q, with_grad=False),
+            history,
+            # Dual averaging is built for HMC step sizes and overshoots early; a random
+            # walk's scale factor (1 is DE-MCz's optimum) never needs to leave [0.01, 3].
+            float(np.clip(chain.explore_adapt.current(self.tune and not chain.frozen), 0.01, 3.0)),
+            self.rng,
+        )
+
+    def _climb_to_mode(self, chain: ChainState, start: ChainPoint) -> ChainPoint:
+        """A few L-BFGS iterations toward the mode before the first exploration step.
+
+        Warm-up draws are discarded, so where tuning starts is free to choose. Starting
+        near the mode skips the long transient of HMC from a poor initial point (at a tiny
+        step with a unit mass matrix), and every evaluation on the way is training data
+        near the posterior. Bounded to ``_mode_iterations`` so that a posterior whose
+        density is unbounded (a funnel) cannot send the climb far.
+        """
+        best = [start]
+
+        def potential_and_grad(q):
+            point = self._evaluate(chain, q, with_grad=True)
+            if np.isfinite(point.potential) and point.potential < best[0].potential:
+                best[0] = point
+            if not np.isfinite(point.potential):
+                return 1e300, np.zeros_like(q)
+            return point.potential, point.grad
+
+        scipy.optimize.minimize(
+            potential_and_grad, start.q, jac=True, method="L-BFGS-B",
+            options={"maxiter": self.tuning.mode_iterations, "maxfun": 2 * self.tuning.mode_iterations},
+        )
+        return best[0]
+
+    def _explore_history(self, chain: ChainState) -> np.ndarray:
+        """Past states the differential-evolution jumps are drawn from.
+
+        The second half of the path (past the initial transient, as PyMC's DEMetropolisZ
+        draws from its tuning history). While that is short, draws from the prior are
+        added, as DE-MC starts from a population: differences of a chain's first few
+        states span only the directions it has moved in, and a chain that starts with
+        tiny steps then stays confined to them.
+        """
+        history = self._late_tuning_states(chain)[0]
+        if len(history) < 10 * self.dim:
+            if chain.explore.prior_draws is None:
+                chain.explore.prior_draws = self._draw_prior(10 * self.dim)
+            history = np.vstack([chain.explore.prior_draws, history])
+        return history
+
+    def _draw_prior(self, n: int) -> np.ndarray:
+        """``n`` prior draws of this step's block, raveled in the sampler's (transformed)
+        space; empty when some prior cannot be sampled (``pm.Flat``, custom densities)."""
+        from pymc.initial_point import make_initial_point_fn
+
+        model = self._model
+        try:
+            draw = make_initial_point_fn(
+                model=model, overrides={rv: "prior" for rv in model.free_RVs},
+                default_strategy="prior", return_transformed=True,
+            )
+            seeds = self.rng.integers(2**31, size=n)
+            names = [v.name for v in self.vars]
+            rows = [np.concatenate([np.ravel(draw(int(seed))[name]) for name in names]) for seed in seeds]
+        except Exception:  # noqa: BLE001 - any prior we cannot draw from: do without
+            return np.zeros((0, self.dim))
+        rows = np.array(rows, dtype=np.float64)
+        return rows[np.all(np.isfinite(rows), axis=1)]

@@ -1,0 +1,297 @@
+"""Refits during tune: when, on what data, and the checks before a fit drives the chain.
+
+A refit re-estimates the posterior scale and the mass matrix, fits a new surrogate (through
+the ``Surrogate`` protocol: ``fit`` and ``value_and_grad`` only), rejects fits whose own
+draws fall into a spurious well (trying ``tamer_settings`` in turn), and re-adapts the mass
+matrix and step size on the surrogate, at no model evaluation.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+import numpy as np
+from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
+from pymc.stats.convergence import WarningType
+
+from pymc_surrogate.core.adaptation import SurrogateWarmUp, warm_up_on_surrogate
+from pymc_surrogate.core.types import TransitionInfo
+from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.surrogates.whitening import Whitening
+
+__all__ = ["Refits"]
+
+
+class Refits:
+    """Mixin of ``SurrogateStep``: the refit schedule and pipeline."""
+
+    #: Settings for ``_make_surrogate`` after a spurious well, tamest last.
+    tamer_settings: tuple[dict, ...] = ()
+
+    def _make_surrogate(self, whitening: Whitening, random_state, **settings):
+        """A new, unfitted surrogate (the step class's choice)."""
+        raise NotImplementedError
+
+    def _fit_surrogate(self, chain: ChainState, **settings):
+        """Fit a new surrogate to the training data near the typical set, weighted."""
+        training = chain.training
+        keep = training.relevant(self.policy.energy_window(self.dim))
+        inputs, whitening = self.context.training_inputs(
+            training.positions[keep], training.contexts[keep]
+        )
+        surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
+        potentials = training.potentials[keep]
+        chain.fits.weight_reference = float(np.min(potentials))
+        weights = self.policy.weights(potentials, chain.fits.weight_reference, self.dim)
+        return surrogate.fit(inputs, potentials, training.gradients[keep], sample_weight=weights)
+
+    def _min_points(self) -> int:
+        return self.policy.min_points(self.dim, self.has_gradient)
+
+    def _final_fit(self, chain: ChainState) -> bool:
+        """The fit on all tuning data when tuning ends; False if the draws have no surrogate."""
+        if chain.surrogate is None and not self._enough_data(chain):
+            chain.explore.history = self._explore_history(chain)
+            short = []
+            if chain.iteration < self.explore_steps:
+                short.append(f"{chain.iteration} iterations, fewer than the {self.explore_steps} "
+                             "exploration steps before a first fit")
+            if len(chain.training) < self._min_points():
+                short.append(f"{len(chain.training)} training points, fewer than the "
+                             f"{self._min_points()} a fit needs")
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                f"a chain ended tuning too early to fit a surrogate ({'; '.join(short)}). Its "
+                "draws use the exact exploration kernel instead (stat `fallback`): correct, "
+                "but it mixes slower and costs more model evaluations. Increase `tune` (to at "
+                f"least {self._suggested_tune()} for this model).",
+            )
+            return False
+        stuck = chain.explore.paused or self._surrogate_stuck(chain)
+        self._refit(chain)
+        if chain.surrogate is None:
+            chain.explore.history = self._explore_history(chain)
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                f"no surrogate fit succeeded in a chain's {chain.iteration} tuning iterations "
+                f"({len(chain.training)} training points; last failure: "
+                f"{chain.fits.last_error}). Its draws use the exact exploration kernel instead "
+                "(stat `fallback`): correct, but it mixes slower and costs more model "
+                "evaluations. Increase `tune`, or check that the model's logp is smooth and "
+                "finite near the posterior.",
+            )
+            return False
+        if chain.fits.last_error is not None:
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                f"the final surrogate fit of a chain failed ({chain.fits.last_error}); its "
+                "draws use the surrogate fitted earlier in tuning, which may move the chain "
+                "less well. Increase `tune` for more training data.",
+            )
+        if stuck:
+            # A surrogate that stopped moving the chain in tune may do so again in the
+            # draws; a fixed share of exact exploration steps keeps the chain exact and
+            # moving (a mixture of two kernels that both leave the posterior invariant).
+            chain.explore.probability = self.tuning.stuck_explore_probability
+            chain.explore.history = self._explore_history(chain)
+            self._warn(
+                chain, WarningType.BAD_ACCEPTANCE,
+                f"the surrogate moved a chain in fewer than {self.tuning.stuck_acceptance:.0%} of "
+                f"its last {self.tuning.stuck_window} tuning iterations. "
+                f"{self.tuning.stuck_explore_probability:.0%} of that chain's draws use the exact "
+                "exploration kernel instead (stat `fallback`): correct, but it mixes slower "
+                "and costs more model evaluations. Increase `tune`, or `explore_steps` for "
+                "a better first surrogate.",
+            )
+        return True
+
+    def _enough_data(self, chain: ChainState) -> bool:
+        return (
+            chain.iteration >= self.explore_steps
+            and len(chain.training) >= self._min_points()
+        )
+
+    def _after_tune_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
+        if chain.surrogate is None:
+            if self._enough_data(chain) and self._fit_due(chain):
+                self._refit(chain)
+            return
+        if chain.explore.paused:
+            if self._fit_due(chain):
+                self._refit(chain)
+            return
+        if self._surrogate_stuck(chain):
+            chain.explore.paused = True
+            return
+        chain.fits.accept_since.append(info.correction_acceptance)
+        if self._fit_due(chain):
+            if np.mean(chain.fits.accept_since) < self.tuning.good_acceptance:
+                self._refit(chain)
+            else:  # the surrogate is good: postpone the (costly) refit
+                chain.fits.last_iteration = chain.iteration + 1
+                chain.fits.accept_since = []
+
+    def _fit_due(self, chain: ChainState) -> bool:
+        """Fits (and retries after a failed one) at geometrically spaced iterations."""
+        if chain.fits.last_iteration == 0:
+            return True
+        return chain.iteration + 1 >= self.tuning.refit_growth * chain.fits.last_iteration + self.tuning.refit_offset
+
+    def _late_tuning_states(self, chain: ChainState) -> tuple[np.ndarray, np.ndarray]:
+        """The second half of the tuning states (past the initial transient) and their
+        true potentials: the chain's posterior sample for scales and checks."""
+        start = len(chain.positions) // 2
+        positions = np.array(chain.positions[start:]).reshape(-1, self.dim)
+        return positions, np.array(chain.position_potentials[start:])
+
+    def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
+        positions = self._late_tuning_states(chain)[0]
+        if len(np.unique(positions, axis=0)) <= self.dim:
+            # A chain that has barely moved says nothing about the scale; the spread of
+            # what was evaluated near the typical set is a safer guess than a degenerate
+            # covariance.
+            positions = chain.training.positions[chain.training.relevant(self.policy.energy_window(self.dim))]
+        return Whitening.from_samples(positions, dense=dense and positions.shape[0] > self.dim)
+
+    def _refit(self, chain: ChainState) -> None:
+        """Re-estimate the posterior scale, the mass matrix and the surrogate."""
+        chain.whitening = self._posterior_scale(chain, dense=True)
+        chain_scale = chain.whitening if self.dense_mass else self._posterior_scale(chain, dense=False)
+        chain.metric = self._metric(chain_scale)
+        try:
+            surrogate = self._fit_surrogate(chain)
+        except (np.linalg.LinAlgError, ValueError) as err:
+            # Try again on the refit schedule, not at every iteration.
+            chain.fits.last_iteration = chain.iteration + 1
+            chain.fits.accept_since = []
+            chain.fits.last_error = f"{type(err).__name__}: {err}"
+            if self.tune:  # stop_tuning reports the outcome of the final fit
+                self._warn(
+                    chain, WarningType.BAD_PARAMS,
+                    f"surrogate fit failed at tuning iteration {chain.iteration} ({err}); "
+                    "keeping the previous kernel and retrying later.",
+                    level="debug",
+                )
+            return
+        chain.fits.last_error = None
+        if chain.surrogate is None:
+            chain.fits.first_iteration = chain.iteration
+        chain.fits.last_iteration = chain.iteration + 1
+        chain.fits.accept_since = []
+        chain.explore.recent_moves.clear()
+        chain.explore.paused = False
+        chain.counts.fits += 1
+        surrogate, warm_up = self._without_spurious_well(chain, chain_scale, surrogate)
+        self._use_surrogate(chain, surrogate)
+        self._adapt_to_surrogate(chain, chain_scale, warm_up)
+
+    def _metric(self, scale: Whitening):
+        rng = self.rng.spawn(1)[0]
+        if scale.dense:
+            return QuadPotentialFull(scale.covariance, rng=rng)
+        return QuadPotentialDiag(scale.covariance, rng=rng)
+
+    def _warm_up(self, chain: ChainState, chain_scale: Whitening, field,
+                 initial_step: float, n_samples: int = 0) -> SurrogateWarmUp:
+        """HMC on ``field`` (``q -> (U~, dU~/dq)``) alone with the chain's metric: no
+        model evaluation."""
+        start = chain.current.q if chain.current is not None else chain_scale.mean
+        return warm_up_on_surrogate(
+            field, start, chain.metric, self._step_size_adaptation(initial_step),
+            self.path_length, self.rng, n_samples=n_samples,
+            max_energy_error=self.max_energy_error,
+        )
+
+    def _without_spurious_well(
+        self, chain: ChainState, chain_scale: Whitening, fitted
+    ) -> tuple[Any, SurrogateWarmUp]:
+        """The new fit, or the first tamer refit whose own draws are not in a spurious well.
+
+        Each candidate is sampled (the warm-up's first phase, which the chosen one keeps);
+        if every one has a well, the first fit, which follows the data best, is kept: far
+        wells behind a barrier rarely reach the chain's trajectories, while a fit without
+        hidden nodes, tried as a last resort, lost the black-box banana's shape (ESS
+        800-2000 down to 36-315).
+        """
+        initial_step = chain.step_adapt.current(False)
+        n_samples = max(200, 4 * self.dim)
+        first = None
+        for candidate in itertools.chain([fitted], self._tamer_fits(chain)):
+            warm_up = self._warm_up(
+                chain, chain_scale, self.context.field(candidate), initial_step, n_samples
+            )
+            # (a gradient-only fit has no absolute level to compare with the data's)
+            if not getattr(candidate, "has_level", True) or not self._in_spurious_well(
+                chain, warm_up.potentials
+            ):
+                return candidate, warm_up
+            first = first or (candidate, warm_up)
+        return first
+
+    def _tamer_fits(self, chain: ChainState):
+        """Successively less flexible fits to the same data (``tamer_settings``)."""
+        for settings in self.tamer_settings:
+            try:
+                yield self._fit_surrogate(chain, **settings)
+            except (np.linalg.LinAlgError, ValueError):
+                continue
+
+    def _in_spurious_well(self, chain: ChainState, potentials: np.ndarray) -> bool:
+        """Whether surrogate draws (their surrogate ``potentials``) lie far below every
+        potential ever evaluated.
+
+        The lowest evaluated potential is within a few units of the true minimum (a climb
+        to the mode, or an exploration of the typical set), and a faithful surrogate's
+        draws sit above its minimum. Far below, the surrogate has a well where it has no
+        data: flexible fits with little regularisation make them (Student-t(3), d = 3,
+        value-and-gradient fit with 500 nodes and a ridge of 1e-12 of its scale: a well
+        15 below the mode, 4 sd from the nearest training point, held 99.9% of the
+        surrogate's mass). The correction keeps the chain exact, but its proposals then
+        head for the well and are rejected, and the regions around go unvisited.
+        """
+        floor = float(np.min(chain.training.potentials)) - self._well_margin()
+        return bool(np.min(potentials, initial=np.inf) < floor)
+
+    def _well_margin(self) -> float:
+        """How far below what the data say a surrogate's draws may go before it is a well."""
+        return 5.0 + 2.0 * np.sqrt(self.dim)
+
+    def _use_surrogate(self, chain: ChainState, surrogate) -> None:
+        """Make ``surrogate`` the chain's (subclasses reset what depends on it).
+
+        An online policy keeps the fit as the chain's learner (``partial_fit``) and runs
+        the trajectories on a fixed copy: the surrogate must not change within a
+        transition, and a new one is swapped in only by the diminishing adaptation.
+        """
+        if self.policy.online:
+            chain.learner = surrogate
+            surrogate = copy.copy(surrogate)
+        chain.surrogate = surrogate
+
+    def _adapt_to_surrogate(
+        self, chain: ChainState, chain_scale: Whitening, warm_up: SurrogateWarmUp
+    ) -> None:
+        """Mass matrix and step size from the surrogate's own draws: no model evaluation.
+
+        A chain that explored badly in tuning (a direction it barely moved in) leaves a
+        collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
+        re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
+        so a surrogate that is wrong far from the data cannot blow the metric up.
+        """
+        step, samples = warm_up.step_size, warm_up.samples
+        if np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim:
+            sampled = Whitening.from_samples(samples, dense=self.dense_mass)
+            trust = self.tuning.metric_trust
+            ratio = np.clip(sampled.covariance / chain_scale.covariance, 1 / trust, trust) if not self.dense_mass else None
+            if ratio is not None:
+                sampled = Whitening(sampled.mean, np.sqrt(chain_scale.covariance * ratio))
+            chain.metric = self._metric(sampled)
+            step = self._warm_up(chain, chain_scale, self._surrogate_field(chain), step).step_size
+        chain.step_adapt = self._step_size_adaptation(step)
+
+    def _surrogate_field(self, chain: ChainState):
+        """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
+        current context."""
+        return self.context.field(chain.surrogate)

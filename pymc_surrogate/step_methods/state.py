@@ -1,0 +1,98 @@
+"""Everything one chain learns, grouped by concern.
+
+With ``cores=1`` PyMC reuses the step object for every chain and restores only the fields
+of ``_state_class`` between chains, so all of it lives in one ``ChainState``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pymc.step_methods.compound import StepMethodState
+from pymc.step_methods.state import dataclass_state
+from pymc.step_methods.step_sizes import DualAverageAdaptation
+
+from pymc_surrogate.core.tail_jumps import CauchyJumps, TailJumpCheck
+from pymc_surrogate.core.types import ChainPoint
+from pymc_surrogate.step_methods.training import TrainingSet
+from pymc_surrogate.surrogates.whitening import Whitening
+
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "SurrogateStepState"]
+
+
+@dataclass
+class Counts:
+    """What the chain has spent and done (stats)."""
+
+    logp_evals: int = 0
+    grad_evals: int = 0
+    draw_divergences: int = 0
+    fits: int = 0
+    adaptations: int = 0  # online surrogates: switches to newly learned weights
+
+
+@dataclass
+class FitSchedule:
+    """The refit schedule (refit.py)."""
+
+    last_iteration: int = 0  # the iteration after the last fit (or failed attempt)
+    accept_since: list = field(default_factory=list)  # correction acceptances since then
+    first_iteration: int = 0  # iteration of the first fit
+    weight_reference: float = 0.0  # the lowest potential of the last fit (for weights)
+    last_error: str | None = None  # why the last fit failed (None after a good one)
+
+
+@dataclass
+class ExploreState:
+    """Exploration and the stall fallback (exploration.py)."""
+
+    history: np.ndarray | None = None  # frozen DE history when exploring in draws
+    prior_draws: np.ndarray | None = None  # seeds the DE history early in exploration
+    recent_moves: deque = field(default_factory=deque)  # accepted flags, last surrogate steps
+    paused: bool = False  # tune: surrogate stuck, exploring until the next fit
+    probability: float = 0.0  # draws: share of exploration steps (stuck surrogate)
+
+
+@dataclass
+class TailState:
+    """Tail jumps in the draws (heavy_tails.py)."""
+
+    jumps: CauchyJumps | None = None
+    probability: float = 0.0
+    check: TailJumpCheck | None = None
+
+
+@dataclass
+class ChainState:
+    """One chain's state: kernel adaptation, the chain, the surrogate, and the groups."""
+
+    training: TrainingSet
+    metric: Any
+    step_adapt: DualAverageAdaptation
+    explore_adapt: DualAverageAdaptation
+    path_adapt: DualAverageAdaptation | None = None  # corrections.py: Hamiltonian length
+    current: ChainPoint | None = None  # with its true logp, cached
+    current_key: bytes | None = None
+    iteration: int = 0
+    frozen: bool = False  # tuning has ended
+    positions: list = field(default_factory=list)  # chain states during tune (for scale)
+    position_potentials: list = field(default_factory=list)  # their true potentials
+    surrogate: Any = None  # what the trajectories run on (fixed within a transition)
+    learner: Any = None  # online policies: the surrogate that keeps learning (partial_fit)
+    whitening: Whitening | None = None  # the posterior scale of the last fit
+    counts: Counts = field(default_factory=Counts)
+    fits: FitSchedule = field(default_factory=FitSchedule)
+    explore: ExploreState = field(default_factory=ExploreState)
+    tails: TailState = field(default_factory=TailState)
+    # Warnings for the next draws' `warning` stat: PyMC logs that stat in the parent process
+    # with any `cores`, where a warnings.warn in a worker process would be lost.
+    pending_warnings: deque = field(default_factory=deque)
+
+
+@dataclass_state
+class SurrogateStepState(StepMethodState):
+    tune: bool
+    chain: Any

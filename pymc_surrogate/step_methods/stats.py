@@ -1,0 +1,66 @@
+"""Per-draw stats (names ArviZ understands) and the progress bar's columns."""
+
+from __future__ import annotations
+
+import numpy as np
+from pymc.stats.convergence import SamplerWarning
+from rich.progress import TextColumn
+from rich.table import Column
+
+__all__ = ["STATS", "progressbar_config", "progressbar_update_functions"]
+
+STATS = {
+    "accept": (np.float64, []),
+    "accepted": (np.float64, []),
+    "diverging": (bool, []),
+    "energy": (np.float64, []),
+    "energy_error": (np.float64, []),
+    "surrogate_energy_error": (np.float64, []),
+    "step_size": (np.float64, []),
+    "n_steps": (np.int64, []),
+    "model_logp": (np.float64, []),
+    "model_evals": (np.int64, []),
+    "gradient_evals": (np.int64, []),
+    "total_model_evals": (np.int64, []),
+    "total_gradient_evals": (np.int64, []),
+    "training_size": (np.int64, []),
+    "uses_surrogate": (bool, []),
+    "fallback": (bool, []),
+    "tail_jump": (bool, []),
+    "surrogate_fits": (np.int64, []),
+    "diverging_total": (np.int64, []),
+    "perf_counter_diff": (np.float64, []),
+    "perf_counter_start": (np.float64, []),
+    "warning": (SamplerWarning, None),
+}
+
+
+def progressbar_config(n_chains=1):
+    columns = [
+        TextColumn("{task.fields[accept]:0.2f}", table_column=Column("Accept", ratio=1)),
+        TextColumn("{task.fields[step_size]:0.3f}", table_column=Column("Step size", ratio=1)),
+        TextColumn("{task.fields[training_size]}", table_column=Column("Train size", ratio=1)),
+        TextColumn("{task.fields[total_model_evals]}", table_column=Column("Model evals", ratio=1)),
+        TextColumn("{task.fields[divergences]}", table_column=Column("Divergences", ratio=1)),
+    ]
+    stats = {
+        "accept": [0.0] * n_chains,
+        "step_size": [0.0] * n_chains,
+        "training_size": [0] * n_chains,
+        "total_model_evals": [0] * n_chains,
+        "divergences": [0] * n_chains,
+    }
+    return columns, stats
+
+def progressbar_update_functions():
+    def update_stats(stats):
+        return {
+            "accept": stats["accept"],
+            "step_size": stats["step_size"],
+            "training_size": stats["training_size"],
+            "total_model_evals": stats["total_model_evals"],
+            "divergences": stats["diverging_total"],
+            "failing": stats["diverging_total"] > 0,
+        }
+
+    return (update_stats,)

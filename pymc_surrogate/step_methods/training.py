@@ -1,0 +1,160 @@
+"""Training data and the policy that decides what a surrogate learns from, and when.
+
+``TrainingSet`` keeps every model evaluation a chain makes. ``TrainingPolicy`` says what a
+step's surrogate learns from (``source``: model evaluations today; chain states for
+KernelHMC, a design fixed before sampling for SparseGridHMC), and when (``refit``:
+``"geometric"`` batch refits in tune, ``"online"`` updates on top of them, ``"once"``),
+and weighs the data (energy window, weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["TrainingSet", "TrainingPolicy"]
+
+SOURCES = ("evaluations", "chain_states", "design")
+REFITS = ("geometric", "online", "once")
+
+
+@dataclass(frozen=True)
+class TrainingPolicy:
+    """What a step's surrogate learns from and when; how the training data are weighed.
+
+    Parameters
+    ----------
+    source : {"evaluations", "chain_states", "design"}
+        Only ``"evaluations"`` is implemented (SurrogateHMC, AdaptiveSurrogateHMC).
+    refit : {"geometric", "online", "once"}
+        ``"geometric"``: batch refits in tune at geometrically spaced iterations, frozen in
+        the draws. ``"online"``: the same, and every new evaluation in between goes to the
+        surrogate's ``partial_fit`` (``OnlineSurrogate``).
+    learn_in_draws : bool
+        Online policies: keep learning in the draws (diminishing adaptation).
+    """
+
+    source: str = "evaluations"
+    refit: str = "geometric"
+    learn_in_draws: bool = False
+
+    def __post_init__(self):
+        if self.source != "evaluations":
+            raise NotImplementedError(f"training source {self.source!r} (one of {SOURCES}).")
+        if self.refit not in REFITS:
+            raise ValueError(f"refit must be one of {REFITS}; got {self.refit!r}.")
+
+    @property
+    def online(self) -> bool:
+        return self.refit == "online"
+
+    def records(self, frozen: bool) -> bool:
+        """Whether new evaluations are training data (in tune; in the draws if online)."""
+        return not frozen or (self.online and self.learn_in_draws)
+
+    def adapts(self, frozen: bool) -> bool:
+        """Whether the online surrogate may be swapped in now."""
+        return self.online and (not frozen or self.learn_in_draws)
+
+    @staticmethod
+    def min_points(dim: int, has_gradient: bool) -> int:
+        """Training points before a first fit."""
+        return 2 * dim + 10 if has_gradient else 4 * dim + 20
+
+    @staticmethod
+    def energy_window(dim: int) -> float:
+        """How far above the lowest potential training points still count.
+
+        U - min U over the typical set is about chi2_d / 2; keep far more than that.
+        """
+        return dim + 10.0 * np.sqrt(dim) + 20.0
+
+    @staticmethod
+    def weights(potentials: np.ndarray, lowest: float, dim: int) -> np.ndarray:
+        """Least-squares weights ``exp(-(U - lowest) / tau)``, ``tau = max(2, d / 4)``.
+
+        Unweighted, a fit trades accuracy in the typical set, where the chain runs, for the
+        tails its training data reach (docs/design.md, "training weights").
+        """
+        return np.exp(-(np.asarray(potentials) - lowest) / max(2.0, dim / 4.0))
+
+
+class TrainingSet:
+    """Growable arrays of positions, potentials and gradients (NaN rows when unknown).
+
+    Parameters
+    ----------
+    dim : int
+    context_dim : int
+        Size of the values of everything outside the block (other blocks of a compound
+        step) that each evaluation was made at; 0 when the block is the whole model.
+    capacity : int
+        Initial allocation; doubled as needed (amortised O(1) appends).
+    """
+
+    def __init__(self, dim: int, context_dim: int = 0, capacity: int = 256):
+        self.dim = dim
+        self.context_dim = context_dim
+        self.size = 0
+        self._positions = np.empty((capacity, dim))
+        self._potentials = np.empty(capacity)
+        self._gradients = np.empty((capacity, dim))
+        self._contexts = np.empty((capacity, context_dim))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(
+        self,
+        q: np.ndarray,
+        potential: float,
+        grad: np.ndarray | None,
+        context: np.ndarray | None = None,
+    ) -> None:
+        if self.size == self._potentials.shape[0]:
+            self._grow()
+        i = self.size
+        self._positions[i] = q
+        self._potentials[i] = potential
+        self._gradients[i] = np.nan if grad is None else grad
+        if self.context_dim:
+            self._contexts[i] = context
+        self.size += 1
+
+    def _grow(self) -> None:
+        new = 2 * self._potentials.shape[0]
+        for name in ("_positions", "_potentials", "_gradients", "_contexts"):
+            old = getattr(self, name)
+            grown = np.empty((new, *old.shape[1:]))
+            grown[: self.size] = old[: self.size]
+            setattr(self, name, grown)
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self._positions[: self.size]
+
+    @property
+    def potentials(self) -> np.ndarray:
+        return self._potentials[: self.size]
+
+    @property
+    def contexts(self) -> np.ndarray:
+        return self._contexts[: self.size]
+
+    @property
+    def gradients(self) -> np.ndarray:
+        return self._gradients[: self.size]
+
+    def relevant(self, energy_window: float) -> np.ndarray:
+        """Indices of finite points with ``U <= min U + energy_window``.
+
+        Burn-in points far out in the tails can have potentials 1e4 above the typical set;
+        left in, they dominate a least-squares fit of a region the chain never revisits.
+        """
+        potentials = self.potentials
+        finite = np.isfinite(potentials)
+        if not np.any(finite):
+            return np.zeros(0, dtype=int)
+        lowest = potentials[finite].min()
+        return np.flatnonzero(finite & (potentials <= lowest + energy_window))
