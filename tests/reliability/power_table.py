@@ -10,6 +10,9 @@ check that the synthetic picture holds. Prints one markdown row per (check, samp
     python -m tests.reliability.power_table real           # SurrogateHMC runs, about 1 hour
     python -m tests.reliability.power_table no_correction  # no Metropolis correction, 5 min
     python -m tests.reliability.power_table heavy_tails    # 8-run pooled t(3) checks, slow
+    python -m tests.reliability.power_table sbc_bounded    # SBC on the bounded model: exact
+                                                           # draws, and SurrogateHMC with and
+                                                           # without correction, about 1 hour
 
 The table in docs/reliability.md ("Power of the checks") comes from these commands.
 """
@@ -25,7 +28,8 @@ from scipy.signal import lfilter
 
 from tests.reliability.broken import shift_one_chain, shrink
 from tests.reliability.helpers import FAMILY_ALPHA, check_gaussian, check_moments
-from tests.reliability.sbc import ALPHA, N_TESTS, PARAMS, exact_sbc_ranks, rank_tests
+from tests.reliability.sbc import (ALPHA, BOUNDED, N_TESTS, PARAMS, exact_sbc_ranks, rank_tests,
+                                   run_sbc, sbc_flags)
 
 
 def ar1(rng: np.random.Generator, chains: int, draws: int, k: int, phi: float) -> np.ndarray:
@@ -219,8 +223,43 @@ def heavy_tails(seeds=(20240, 1)) -> None:
             "SurrogateHMC, 8 runs x 2 x 2000", time.perf_counter() - start)
 
 
+def sbc_bounded(seeds=range(1, 6), replications=(10, 40), exact_n=1000) -> None:
+    """SBC on the bounded model (normal truncated at 0 by a -inf Potential): the short form's
+    rank tests with exact posterior draws (false alarms), then SurrogateHMC (default settings,
+    gradient) at ``seeds`` with and without the Metropolis correction, at each replication
+    count (L = 19, 5 bins, tune 300: the short form's settings)."""
+    import logging
+    import warnings
+
+    from pymc_surrogate import SurrogateHMC
+    from tests.reliability.broken import no_metropolis_correction
+
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+    for reps in replications:
+        f, s = _rate(lambda r: exact_sbc_ranks(reps, 19, r, model=BOUNDED),
+                     lambda ranks: not sbc_flags(ranks, 19, 5), exact_n, 11)
+        row("SBC short, bounded", "correct", f, exact_n,
+            f"{reps} reps, L=19, 5 bins, exact draws", s)
+    for broken in (True, False):
+        for reps in replications:
+            flagged, start, ps = 0, time.perf_counter(), []
+            for seed in seeds:
+                if broken:
+                    with no_metropolis_correction():
+                        result = run_sbc(SurrogateHMC, reps, model=BOUNDED, seed=seed)
+                else:
+                    result = run_sbc(SurrogateHMC, reps, model=BOUNDED, seed=seed)
+                flagged += not result.passed
+                ps.append(f"{result.min_p_value:.2g}")
+            row("SBC short, bounded", "SurrogateHMC without correction" if broken
+                else "SurrogateHMC", flagged, len(seeds),
+                f"{reps} reps, L=19, 5 bins, seeds {seeds.start}-{seeds.stop - 1} "
+                f"(min p {', '.join(ps)})", time.perf_counter() - start)
+
+
 if __name__ == "__main__":
     print(f"family false-alarm rate of each check: {FAMILY_ALPHA} (SBC: {ALPHA})")
     print("| check | sampler | flagged | setting | time |\n|---|---|---|---|---|")
     {"synthetic": synthetic, "real": real, "no_correction": no_correction,
-     "heavy_tails": heavy_tails}[sys.argv[1]]()
+     "heavy_tails": heavy_tails, "sbc_bounded": sbc_bounded}[sys.argv[1]]()

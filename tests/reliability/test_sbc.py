@@ -1,17 +1,22 @@
 """Simulation-based calibration of every exact step method (see ``sbc.py``).
 
-Short version (default run, CI): 40 replications, ranks among L = 19 draws, 5 bins.
+Short version (default run, CI): 40 replications, ranks among L = 19 draws, 5 bins, on both
+SBC models: the normal-inverse-gamma model (``nig``) and the normal truncated at a hard
+boundary by a -inf Potential (``bounded``), the one on which a sampler without the true-logp
+correction fails the short form (``test_power.py::test_short_sbc_flags_no_correction``).
 Thorough version (``python -m pytest -m slow tests/reliability/test_sbc.py -s``): 1000
 replications, L = 99, 20 bins; ``SBC_REPLICATIONS`` overrides the count. Both write their
 ranks, bin counts, statistics and p-values to
-``tests/reliability/results/sbc_<step>_<short|thorough>.json`` (git-ignored) and print a
+``tests/reliability/results/sbc_<model>_<step>_<short|thorough>.json`` (git-ignored) and print a
 summary (visible with ``-s``).
 
 Pass criterion (``SBCResult.passed``): every test of every parameter (bins, normal-score
 location, normal-score scale) has a p-value above 0.001 / 6. Power, measured with exact
 posterior draws (``power_table.py``, docs/reliability.md): the short form flags a posterior
 sd halved 91% of the time and one 10% too small almost never; the thorough form flags an
-sd 10% too small 90% of the time. At a fixed seed the outcome is deterministic.
+sd 10% too small 90% of the time; on ``bounded``, the short form flags the sampler without
+correction (docs/reliability.md has the seeds). At a fixed seed the outcome is deterministic.
+The thorough form runs on ``nig`` only.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import os
 
 import pytest
 
-from tests.reliability.sbc import run_sbc
+from tests.reliability.sbc import BOUNDED, NIG, run_sbc
 
 #: Thorough SBC replications: power about 0.9 against an sd 10% too small (docs/reliability.md).
 THOROUGH_REPLICATIONS = 1000
@@ -32,10 +37,11 @@ def _check(result, results_dir, tag):
     assert result.passed, result.summary()
 
 
+@pytest.mark.parametrize("model", [NIG, BOUNDED], ids=lambda m: m.name)
 @pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
-def test_sbc_short(exact_step, black_box, results_dir):
+def test_sbc_short(exact_step, black_box, model, results_dir):
     result = run_sbc(exact_step, replications=40, n_ranks=19, n_bins=5, tune=300,
-                     black_box=black_box)
+                     black_box=black_box, model=model)
     _check(result, results_dir, "short")
 
 
