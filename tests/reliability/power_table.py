@@ -223,7 +223,7 @@ def heavy_tails(seeds=(20240, 1)) -> None:
             "SurrogateHMC, 8 runs x 2 x 2000", time.perf_counter() - start)
 
 
-def sbc_bounded(seeds=range(1, 6), replications=(10, 40), exact_n=1000) -> None:
+def sbc_bounded(seeds=range(1, 6), replications=(20, 40), exact_n=3000) -> None:
     """SBC on the bounded model (normal truncated at 0 by a -inf Potential): the short form's
     rank tests with exact posterior draws (false alarms), then SurrogateHMC (default settings,
     gradient) at ``seeds`` with and without the Metropolis correction, at each replication

@@ -147,7 +147,7 @@ def test_sbc_rank_tests_false_alarm_rate(model):
 
 #: Replications of the no-correction SBC test: the short form's L, bins and tuning, fewer
 #: replications to stay near a minute (power at this size: docs/reliability.md).
-NO_CORRECTION_REPLICATIONS = 10
+NO_CORRECTION_REPLICATIONS = 20
 
 
 def test_short_sbc_flags_no_correction():
