@@ -18,7 +18,6 @@ import xarray as xr
 from pytensor.graph.op import Op
 
 __all__ = [
-    "ARVIZ_1",
     "PYTENSOR_PULLBACK",
     "VJPOp",
     "bfmi",
@@ -28,9 +27,6 @@ __all__ = [
 
 #: PyTensor 3 differentiates through ``Op.pullback`` and warns on ``L_op`` / ``grad``.
 PYTENSOR_PULLBACK: bool = "pullback" in Op.__dict__
-
-#: ArviZ 1 works on ``xarray.DataTree`` (``pm.sample`` returns one) instead of InferenceData.
-ARVIZ_1: bool = int(az.__version__.split(".")[0]) >= 1
 
 # xarray's DataTree (xarray >= 2024.10); older xarray has none, and then no result is one.
 _DATATREE: type | tuple = getattr(xr, "DataTree", ())
@@ -80,7 +76,7 @@ def concat_chains(results: Sequence[Any]) -> Any:
         parts = [posterior_dataset(r, group) for r in results]
         merged = xr.concat(parts, dim="chain")
         groups[group] = merged.assign_coords(chain=np.arange(merged.sizes["chain"]))
-    if ARVIZ_1:
+    if isinstance(results[0], _DATATREE):  # PyMC 6 / ArviZ 1
         return xr.DataTree.from_dict(groups)
     return az.InferenceData(**groups)
 
