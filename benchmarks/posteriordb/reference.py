@@ -51,6 +51,8 @@ __all__ = [
     "reference_arrays",
     "summarize_draws",
     "trace_location",
+    "value_point",
+    "variable_shapes",
     "vendor_data",
     "write_reference",
 ]
@@ -210,6 +212,50 @@ def reference_arrays(
     if missing:
         raise ValueError(f"reference has no entries for parts of {missing}")
     return out
+
+
+def variable_shapes(model: Any, names: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Per-draw shapes of a model's variables as they appear in the trace (constrained).
+
+    Parameters
+    ----------
+    model : pm.Model
+    names : sequence of str
+        Variable names (``info.param_names``).
+
+    Returns
+    -------
+    dict of str to tuple of int
+    """
+    return {n: tuple(int(s) for s in model[n].shape.eval()) for n in names}
+
+
+def value_point(model: Any, values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Map constrained values of the free variables to a point of the model's value variables.
+
+    Parameters
+    ----------
+    model : pm.Model
+    values : mapping
+        Free variable name -> constrained value (e.g. a reference mean); every free variable
+        must be given.
+
+    Returns
+    -------
+    dict
+        Value variable name (``sigma_log__``, ...) -> value on the sampler's (transformed)
+        space, ready for ``model.compile_logp()``.
+    """
+    import pytensor.tensor as pt
+
+    point: dict[str, np.ndarray] = {}
+    for rv in model.free_RVs:
+        value = np.asarray(values[rv.name], dtype=float)
+        transform = model.rvs_to_transforms.get(rv)
+        if transform is not None:
+            value = transform.forward(pt.as_tensor(value), *rv.owner.inputs).eval()
+        point[model.rvs_to_values[rv].name] = np.asarray(value, dtype=float)
+    return point
 
 
 def load_data(data_name: str, directory: Path | str = DATA_DIR) -> dict[str, Any]:
