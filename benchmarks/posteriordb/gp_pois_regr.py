@@ -21,27 +21,19 @@ transform, as Stan does.  Trace names ``rho``, ``alpha``, ``sigma``.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
 from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
+from benchmarks.posteriordb.reference import load_data
 
-__all__ = ["POSTERIOR", "make_model"]
+__all__ = ["POSTERIOR", "CHEAP", "make_model"]
 
 #: posteriordb posterior name.
 POSTERIOR = "gp_pois_regr-gp_regr"
-_DATA = Path(__file__).with_name("data") / "gp_pois_regr.json"
-
-
-def _load_data() -> dict[str, Any]:
-    """Read the vendored posteriordb data set ``gp_pois_regr``."""
-    with open(_DATA) as f:
-        return json.load(f)
+#: Cheap enough for the short CI run.
+CHEAP = True
 
 
 def make_model() -> tuple[pm.Model, ModelInfo]:
@@ -54,7 +46,7 @@ def make_model() -> tuple[pm.Model, ModelInfo]:
     info : ModelInfo
         Counter on the likelihood, ``param_names = ["rho", "alpha", "sigma"]``.
     """
-    data = _load_data()
+    data = load_data("gp_pois_regr")
     x = np.asarray(data["x"], dtype=float)
     y = np.asarray(data["y"], dtype=float)
     n = len(x)

@@ -17,27 +17,19 @@ the normal density's constant, which Stan's ``~`` drops.  Trace names: ``beta`` 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
 from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
+from benchmarks.posteriordb.reference import load_data
 
-__all__ = ["POSTERIOR", "make_model"]
+__all__ = ["POSTERIOR", "CHEAP", "make_model"]
 
 #: posteriordb posterior name.
 POSTERIOR = "nes2000-nes"
-_DATA = Path(__file__).with_name("data") / "nes2000.json"
-
-
-def _load_data() -> dict[str, Any]:
-    """Read the vendored posteriordb data set ``nes2000``."""
-    with open(_DATA) as f:
-        return json.load(f)
+#: Cheap enough for the short CI run.
+CHEAP = True
 
 
 def make_model() -> tuple[pm.Model, ModelInfo]:
@@ -50,7 +42,7 @@ def make_model() -> tuple[pm.Model, ModelInfo]:
     info : ModelInfo
         Counter on the likelihood, ``param_names = ["beta", "sigma"]``; no analytic reference.
     """
-    data = _load_data()
+    data = load_data("nes2000")
     col = {k: np.asarray(v, dtype=float) for k, v in data.items() if isinstance(v, list)}
     age = np.asarray(data["age_discrete"], dtype=int)
     # Design matrix of Stan's linear predictor, columns in beta's order.
