@@ -197,21 +197,22 @@ def surrogate_transition(
 
 def differential_evolution_transition(
     current: ChainPoint, evaluate: Evaluate, history: np.ndarray, scale: float,
-    rng: np.random.Generator,
+    rng: np.random.Generator, isotropic_share: float = 1.0 / 3.0,
 ) -> TransitionInfo:
     """Gradient-free exploration: differential evolution (DE-MCz) mixed with a random walk.
 
     The jump ``gamma (z1 - z2)`` between two past states adapts the proposal to the
     posterior's scale and correlations without any covariance estimate (ter Braak & Vrugt
     2008). Differences of past states only span the directions the chain has already
-    moved in, so a third of the steps are isotropic (at the history's mean spread): they
-    let the chain open up directions its history has collapsed in. Without two distinct
+    moved in, so a third of the steps (``isotropic_share``) are isotropic (at the history's
+    mean spread): they let the chain open up directions its history has collapsed in; a
+    history that spans every direction needs none. Without two distinct
     past states, an isotropic step of size ``scale / 10``. The mixture is symmetric given
     the history, so Metropolis needs no Hastings term.
     """
     dim = current.q.shape[0]
     spread = float(np.sqrt(np.mean(np.var(history, axis=0)))) if history.shape[0] >= 3 else 0.0
-    if spread > 0 and rng.uniform() < 2.0 / 3.0:
+    if spread > 0 and rng.uniform() < 1.0 - isotropic_share:
         i, j = rng.choice(history.shape[0], size=2, replace=False)
         jump = scale * 2.38 / np.sqrt(2 * dim) * (history[i] - history[j])
         jump += 1e-3 * scale * spread * rng.standard_normal(dim)

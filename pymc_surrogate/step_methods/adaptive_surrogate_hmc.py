@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from pymc.stats.convergence import WarningType
 
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.state import ChainState
@@ -84,18 +85,43 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
             return
         # weighted as the batch fit weighs its points, so the online fit continues it
         weight = self.policy.weights(point.potential, chain.fits.weight_reference, self.dim)
-        chain.learner.partial_fit(
-            self.context.join(point.q)[None], np.array([point.potential]),
-            sample_weight=np.array([weight]),
-        )
+        try:
+            chain.learner.partial_fit(
+                self.context.join(point.q)[None], np.array([point.potential]),
+                sample_weight=np.array([weight]),
+            )
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
+            self._online_failed(chain, err)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.learner is None or not self.policy.adapts(chain.frozen):
             return
         t = chain.iteration - chain.fits.first_iteration + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
-            chain.surrogate = chain.learner.snapshot()
+            try:
+                candidate = chain.learner.snapshot()
+                # the lazily refreshed weights are checked here, not inside a trajectory
+                value, grad = self.context.field(candidate)(info.point.q)
+                if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+                    raise FloatingPointError("the updated surrogate is not finite")
+            except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
+                self._online_failed(chain, err)
+                return
+            chain.surrogate = candidate
             chain.counts.adaptations += 1
+
+    def _online_failed(self, chain: ChainState, err: Exception) -> None:
+        """A numerically broken online update: keep the last good surrogate, stop learning
+        until the next batch fit (recursive least squares can lose positive definiteness
+        on an ill-conditioned basis: 20-d linear inverse problem, condition number 2e8)."""
+        chain.learner = None
+        chain.counts.failed_fits += 1
+        self._warn(
+            chain, WarningType.BAD_PARAMS,
+            f"an online update of the surrogate failed numerically ({err}); keeping the last "
+            "good surrogate (stat `failed_fits`). The draws stay exact.",
+            level="info" if self.tune else "warn",
+        )
 
     def _extra_stats(self, chain: ChainState) -> dict:
         return {"adaptations": chain.counts.adaptations}

@@ -33,6 +33,7 @@ from pymc_surrogate.step_methods.corrections import Corrections
 from pymc_surrogate.step_methods.defaults import TUNING
 from pymc_surrogate.step_methods.evaluator import Evaluator
 from pymc_surrogate.step_methods.exploration import Exploration
+from pymc_surrogate.step_methods.health import ChainHealth
 from pymc_surrogate.step_methods.heavy_tails import TailJumps
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.refit import Refits
@@ -43,7 +44,7 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared):
+class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -61,7 +62,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
 
     def __init__(
         self, vars=None, *, target_accept: float = 0.8, path_length: float = 2.8,
-        dense_mass: bool = False, explore_steps: int | str = "auto",
+        dense_mass: bool | str = "auto", explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0, tail_jumps: float | str = "auto",
         use_gradient: bool | None = None, model=None, blocked: bool = True, rng=None,
         initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,
@@ -72,7 +73,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
             initial_point = model.initial_point()
         vars = block_variables(model, vars, initial_point, owner)
         check_settings(owner, kwargs, target_accept, path_length, max_energy_error,
-                       tail_jumps, explore_steps)
+                       tail_jumps, explore_steps, dense_mass)
         self._model = model
         self.functions = ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs)
         layout = [(v.name, np.shape(initial_point[v.name])) for v in vars]
@@ -185,25 +186,27 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
         chain.current = info.point
         chain.current_key = self.evaluator.key(info.point.q)
 
-        # 4. stats
-        warning = None
-        if info.diverging and not self.tune:
-            chain.counts.draw_divergences += 1
-            warning = SamplerWarning(
-                WarningType.DIVERGENCE,
-                "Energy error above max_energy_error or a non-finite energy.",
-                "debug",
-                chain.iteration,
-            )
-        if chain.pending_warnings:
-            # One warning a draw; a divergence is still counted by the `diverging` stat.
-            warning = chain.pending_warnings.popleft()
+        # 4. stats (and, in the draws, the chain's health)
         # The exact exploration kernel where a surrogate should have moved the chain: in the
         # draws, while a stuck surrogate is set aside, or after a failed fit (not the
         # planned exploration before the first fit).
         fallback = exploring and (
             chain.frozen or chain.explore.paused or chain.fits.last_error is not None
         )
+        warning = None
+        if not self.tune:
+            self._watch_draw(chain, info, fallback, surrogate=not (exploring or jumping))
+            if info.diverging:
+                chain.counts.draw_divergences += 1
+                warning = SamplerWarning(
+                    WarningType.DIVERGENCE,
+                    "Energy error above max_energy_error or a non-finite energy.",
+                    "debug",
+                    chain.iteration,
+                )
+        if chain.pending_warnings:
+            # One warning a draw; a divergence is still counted by the `diverging` stat.
+            warning = chain.pending_warnings.popleft()
         stats = {
             "accept": info.accept_prob,
             "accepted": float(info.accepted),
@@ -223,6 +226,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ArrayStepShared
             "fallback": fallback,
             "tail_jump": jumping,
             "surrogate_fits": chain.counts.fits,
+            "failed_fits": chain.counts.failed_fits,
             "diverging_total": chain.counts.draw_divergences,
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,

@@ -47,6 +47,13 @@ class Tuning:
     max_training_error: float = 0.8
     #: The surrogate-sampled scale is trusted within this factor of the chain's estimate.
     metric_trust: float = 1e3
+    #: ``dense_mass="auto"``: dense when the surrogate draws' correlation matrix is this
+    #: many times worse conditioned than sampling noise alone would make it.
+    dense_correlation_margin: float = 3.0
+    #: Rounds of (surrogate draws -> mass matrix) after a fit; each costs surrogate
+    #: evaluations only (20-d linear inverse problem, condition number 1e8: min ESS
+    #: 84 -> ? of 300 draws with a second round).
+    metric_rounds: int = 2
     # --- Hamiltonian correction's path length (corrections.py)
     #: True acceptance the path length adapts toward.
     path_target: float = 0.65

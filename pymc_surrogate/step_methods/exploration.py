@@ -17,6 +17,7 @@ from pymc_surrogate.core.transitions import (
 )
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.surrogates.laplace import laplace_from_values
 
 __all__ = ["Exploration"]
 
@@ -59,6 +60,8 @@ class Exploration:
                 self.rng,
                 max_steps=self.tuning.explore_max_steps,
             )
+        if self.tune and not chain.frozen:
+            current = self._update_probe(chain, current)
         history = chain.explore.history
         if history is None:
             history = self._explore_history(chain)
@@ -70,7 +73,36 @@ class Exploration:
             # walk's scale factor (1 is DE-MCz's optimum) never needs to leave [0.01, 3].
             float(np.clip(chain.explore_adapt.current(self.tune and not chain.frozen), 0.01, 3.0)),
             self.rng,
+            # Draws of the probe span every direction: no isotropic steps needed.
+            isotropic_share=0.0 if chain.explore.probe is not None else 1.0 / 3.0,
         )
+
+    def _update_probe(self, chain: ChainState, current: ChainPoint) -> ChainPoint:
+        """Refit the black-box exploration's Laplace probe; return where tuning goes on.
+
+        Every ``max(10, d)`` new evaluations, a quadratic is fitted to the lowest
+        potentials evaluated so far (``surrogates/laplace.py``); its Gaussian then shapes
+        the differential-evolution jumps (their history is drawn from it), as a
+        covariance estimate from the chain's own states cannot while the chain is stuck
+        (20-d linear inverse problem, precision condition number 1e8: a random walk with
+        prior-scale jumps accepted nothing in 600 steps). The quadratic's minimum is
+        evaluated and the chain moves there if it is lower: a derivative-free Newton step,
+        as ``_climb_to_mode`` for gradient models (warm-up draws are discarded, so where
+        tuning goes is free to choose).
+        """
+        training = chain.training
+        if len(training) < chain.explore.probe_size + max(10, self.dim):
+            return current
+        chain.explore.probe_size = len(training)
+        probe = laplace_from_values(training.positions, training.potentials)
+        if probe is None:
+            return current
+        chain.explore.probe = probe
+        chain.explore.probe_draws = probe.draw(self.rng, 10 * self.dim)
+        candidate = self._evaluate(chain, probe.mean, with_grad=False)
+        if candidate.potential < current.potential:
+            return candidate
+        return current
 
     def _climb_to_mode(self, chain: ChainState, start: ChainPoint) -> ChainPoint:
         """A few L-BFGS iterations toward the mode before the first exploration step.
@@ -106,6 +138,8 @@ class Exploration:
         states span only the directions it has moved in, and a chain that starts with
         tiny steps then stays confined to them.
         """
+        if chain.explore.probe is not None:
+            return chain.explore.probe_draws
         history = self._late_tuning_states(chain)[0]
         if len(history) < 10 * self.dim:
             if chain.explore.prior_draws is None:

@@ -39,9 +39,11 @@ def block_variables(model, vars, initial_point: dict, owner: str) -> list:
 
 
 def check_settings(owner: str, kwargs: dict, target_accept, path_length, max_energy_error,
-                   tail_jumps, explore_steps) -> None:
+                   tail_jumps, explore_steps, dense_mass="auto") -> None:
     if kwargs:
         raise TypeError(f"Unexpected arguments for {owner}: {sorted(kwargs)}.")
+    if dense_mass not in (True, False, "auto"):
+        raise ValueError(f"dense_mass must be True, False or 'auto'; got {dense_mass!r}.")
     _check_open_unit("target_accept", target_accept)
     _check_positive("path_length", path_length)
     _check_positive("max_energy_error", max_energy_error)

@@ -20,7 +20,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "HealthRecord", "SurrogateStepState"]
 
 
 @dataclass
@@ -31,6 +31,7 @@ class Counts:
     grad_evals: int = 0
     draw_divergences: int = 0
     fits: int = 0
+    failed_fits: int = 0  # fits or online updates skipped for a numerical failure
     adaptations: int = 0  # online surrogates: switches to newly learned weights
 
 
@@ -54,6 +55,9 @@ class ExploreState:
     recent_moves: deque = field(default_factory=deque)  # accepted flags, last surrogate steps
     paused: bool = False  # tune: surrogate stuck, exploring until the next fit
     probability: float = 0.0  # draws: share of exploration steps (stuck surrogate)
+    probe: Any = None  # black box: a Laplace approximation from the values (surrogates/laplace.py)
+    probe_size: int = 0  # training-set size at the last probe fit
+    probe_draws: np.ndarray | None = None  # its draws: the DE history while it exists
 
 
 @dataclass
@@ -63,6 +67,19 @@ class TailState:
     jumps: CauchyJumps | None = None
     probability: float = 0.0
     check: TailJumpCheck | None = None
+
+
+@dataclass
+class HealthRecord:
+    """What the draws have shown so far (health.py)."""
+
+    draws: int = 0
+    rejected_in_a_row: int = 0
+    fallback: int = 0
+    surrogate_draws: int = 0
+    surrogate_acceptance: float = 0.0  # sum over surrogate draws
+    next_check: int = 100  # draws at which shares are next judged (then doubled)
+    told: frozenset = frozenset()  # symptoms already warned about
 
 
 @dataclass
@@ -87,6 +104,7 @@ class ChainState:
     fits: FitSchedule = field(default_factory=FitSchedule)
     explore: ExploreState = field(default_factory=ExploreState)
     tails: TailState = field(default_factory=TailState)
+    health: HealthRecord = field(default_factory=HealthRecord)
     # Warnings for the next draws' `warning` stat: PyMC logs that stat in the parent process
     # with any `cores`, where a warnings.warn in a worker process would be lost.
     pending_warnings: deque = field(default_factory=deque)

@@ -28,6 +28,7 @@ STATS = {
     "fallback": (bool, []),
     "tail_jump": (bool, []),
     "surrogate_fits": (np.int64, []),
+    "failed_fits": (np.int64, []),
     "diverging_total": (np.int64, []),
     "perf_counter_diff": (np.float64, []),
     "perf_counter_start": (np.float64, []),

@@ -34,8 +34,11 @@ class SurrogateHMC(SurrogateStep):
         Tuning iterations before the first fit (60 with gradients, ``max(300, 30 d)``).
     tail_jumps : "auto" or float
         Share of draws that are independence Cauchy proposals; "auto" checks the tails.
-    dense_mass, max_energy_error, use_gradient, model, rng
-        Dense mass matrix; divergence threshold; ``False`` treats the model as a black box.
+    dense_mass : bool or "auto"
+        Dense mass matrix for the surrogate trajectories; "auto": dense when the
+        surrogate's own draws are strongly correlated.
+    max_energy_error, use_gradient, model, rng
+        Divergence threshold; ``False`` treats the model as a black box.
 
     Notes
     -----

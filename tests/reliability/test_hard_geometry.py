@@ -1,0 +1,57 @@
+"""Hard geometry with a known answer: an evaluate-only, ill-conditioned linear inverse
+problem (exactly Gaussian) and Neal's funnel.
+
+Each step method must be right on the inverse problem, at every condition number, with no
+crash and no heavy-tail message (a Gaussian has none); on the funnel, which no HMC variant
+samples reliably, it must be right or say that it is not (``issues``: "no silent failure").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.models.hard_geometry import FUNNEL_SCALE, make_funnel, make_heat_inverse
+from tests.reliability.helpers import (
+    assert_gaussian,
+    assert_healthy,
+    check_moments,
+    recorded_warnings,
+    sample,
+    warning_messages,
+)
+
+
+@pytest.mark.parametrize(
+    "condition,gradient",
+    [
+        (1e8, False),
+        pytest.param(1e4, False, marks=pytest.mark.slow),
+        pytest.param(1e6, False, marks=pytest.mark.slow),
+        pytest.param(1e8, True, marks=pytest.mark.slow),
+    ],
+)
+def test_ill_conditioned_inverse_problem_right(step, condition, gradient):
+    """20-d heat-equation inverse problem, precision condition number up to 1e8: the
+    posterior's marginals and its eigen-directions (narrowest to widest) are right."""
+    model, info = make_heat_inverse(20, condition, gradient=gradient)
+    with model, recorded_warnings() as caught:
+        idata = sample(step(), tune=1000, draws=1000)
+    assert_healthy(idata)
+    assert_gaussian(idata, "theta", info.extra["mean"], info.extra["cov"])
+    assert not warning_messages(caught, "heavy tails"), "heavy-tail message on a Gaussian"
+
+
+@pytest.mark.parametrize("dim", [2, pytest.param(10, marks=pytest.mark.slow)])
+def test_funnel_right_or_loud(step, dim):
+    """Neal's funnel (black box): the log-scale ``v`` is N(0, 3^2); a run whose ``v`` is
+    wrong must have said so (a warning through the ``pymc`` logger)."""
+    model, _ = make_funnel(dim, gradient=False)
+    with model, recorded_warnings() as caught:
+        idata = sample(step(), tune=1000, draws=1000)
+    assert_healthy(idata)
+    v = idata.posterior["v"].values[..., None]
+    check = check_moments(v, 0.0, FUNNEL_SCALE)
+    if not check.passed:
+        told = [m for m in warning_messages(caught) if "chain" in m]
+        assert told, "wrong funnel and no warning:\n" + check.report("v")

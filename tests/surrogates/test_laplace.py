@@ -1,0 +1,69 @@
+"""The Laplace probe: a Gaussian from potential values alone (``surrogates/laplace.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pymc_surrogate.surrogates.laplace import laplace_from_values
+from pymc_surrogate.surrogates.quadratic import positive_definite
+
+
+def _ill_conditioned(dim: int, condition: float, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    rotation = np.linalg.qr(rng.standard_normal((dim, dim)))[0]
+    precision = (rotation * np.logspace(0, np.log10(condition), dim)) @ rotation.T
+    return rng.standard_normal(dim), precision
+
+
+@pytest.mark.parametrize("condition", [1e2, 1e8])
+def test_exact_for_a_quadratic_from_a_stuck_walk(condition):
+    """Points of a random walk stuck near a start far from the mode, plus prior-scale
+    rejected jumps 1e8 above the minimum: the quadratic is still recovered exactly."""
+    dim = 10
+    mode, precision = _ill_conditioned(dim, condition)
+    rng = np.random.default_rng(1)
+    near = 3.0 + 1e-3 * rng.standard_normal((150, dim))
+    far = rng.standard_normal((100, dim))
+    points = np.vstack([near, far])
+    potentials = 0.5 * np.einsum("ni,ij,nj->n", points - mode, precision, points - mode)
+    gaussian = laplace_from_values(points, potentials)
+    assert gaussian.quadratic == "full"
+    cov = np.linalg.inv(precision)
+    chol = np.linalg.cholesky(cov)
+    # Errors in posterior sds along every direction. The probe only shapes proposals, so a
+    # hundredth of an sd is plenty; float64 rounding at condition 1e8 leaves about 1e-3
+    # (a wrong fit is off by whole sds or by orders of magnitude).
+    assert np.max(np.abs(np.linalg.solve(chol, gaussian.mean - mode))) < 1e-2
+    whitened = np.linalg.solve(chol, np.linalg.solve(chol, gaussian.cov).T)
+    np.testing.assert_allclose(np.linalg.eigvalsh(whitened), 1.0, atol=1e-2)
+
+
+def test_too_few_points_and_non_finite_values():
+    dim = 6
+    rng = np.random.default_rng(2)
+    points = rng.standard_normal((8, dim))
+    assert laplace_from_values(points, np.sum(points**2, axis=1)) is None
+    points = rng.standard_normal((200, dim))
+    potentials = 0.5 * np.sum(points**2, axis=1)
+    potentials[::7] = np.nan
+    potentials[1::7] = np.inf
+    gaussian = laplace_from_values(points, potentials)
+    np.testing.assert_allclose(gaussian.cov, np.eye(dim), atol=1e-8)
+
+
+def test_concave_directions_give_a_proper_gaussian():
+    """A saddle (one concave direction) still yields a positive-definite covariance."""
+    dim = 4
+    rng = np.random.default_rng(3)
+    points = rng.standard_normal((100, dim))
+    curvature = np.array([1.0, 2.0, 3.0, -1.0])
+    gaussian = laplace_from_values(points, 0.5 * points**2 @ curvature)
+    assert np.all(np.linalg.eigvalsh(gaussian.cov) > 0)
+    assert np.all(np.isfinite(gaussian.draw(rng, 5)))
+
+
+def test_positive_definite_refuses_nan_with_a_clear_error():
+    """NaN reaching ``eigh`` was a crash ("Eigenvalues did not converge") in tuning."""
+    with pytest.raises(ValueError, match="not finite"):
+        positive_definite(np.full((3, 3), np.nan))
