@@ -16,7 +16,15 @@ narrow_gaussian        d=4                         d=32                         
 correlated_gaussian    d=3, cond 10                d=10, cond 100               d=50, cond 1000
 pde_blackbox           4 modes, 10x10 mesh         20 modes, 30x30 mesh         20 modes, 30x30 mesh
 pde_adjoint            as pde_blackbox, with the adjoint gradient
+heat_blackbox          d=5, condition 1e4          d=20, condition 1e6          d=20, condition 1e8
+heat_adjoint           as heat_blackbox, with a gradient
+funnel_blackbox        d=2                         d=2                          d=10
+funnel_gradient        as funnel_blackbox, with a gradient
 =====================  ==========================  ===========================  ==========================
+
+``heat_*`` is the 1-d heat-equation inverse problem and ``funnel_*`` Neal's funnel of
+:mod:`benchmarks.models.hard_geometry` (both with exact posteriors); any condition number
+through ``--model-kwargs '{"heat_blackbox": {"condition_number": 1e4}}'``.
 
 Keyword arguments after ``size`` override the size's settings, e.g.
 ``MODELS["logistic"]("default", seed=3)``.
@@ -43,6 +51,7 @@ from benchmarks.models.gaussians import (
     make_gaussian,
     make_narrow_gaussian,
 )
+from benchmarks.models.hard_geometry import make_funnel, make_heat_inverse
 from benchmarks.models.logistic import make_logistic_regression
 
 __all__ = [
@@ -108,6 +117,32 @@ MODEL_SIZES: dict[str, tuple[Callable[..., tuple[pm.Model, Any]], dict[str, dict
             "default": {"n_modes": 20, "mesh_size": 30, "gradient": False},
             "paper": {"n_modes": 20, "mesh_size": 30, "gradient": False},
         },
+    ),
+    "heat_blackbox": (
+        make_heat_inverse,
+        {
+            "smoke": {"d": 5, "condition_number": 1e4, "gradient": False},
+            "default": {"d": 20, "condition_number": 1e6, "gradient": False},
+            "paper": {"d": 20, "condition_number": 1e8, "gradient": False},
+        },
+    ),
+    "heat_adjoint": (
+        make_heat_inverse,
+        {
+            "smoke": {"d": 5, "condition_number": 1e4, "gradient": True},
+            "default": {"d": 20, "condition_number": 1e6, "gradient": True},
+            "paper": {"d": 20, "condition_number": 1e8, "gradient": True},
+        },
+    ),
+    "funnel_blackbox": (
+        make_funnel,
+        {"smoke": {"d": 2, "gradient": False}, "default": {"d": 2, "gradient": False},
+         "paper": {"d": 10, "gradient": False}},
+    ),
+    "funnel_gradient": (
+        make_funnel,
+        {"smoke": {"d": 2, "gradient": True}, "default": {"d": 2, "gradient": True},
+         "paper": {"d": 10, "gradient": True}},
     ),
     "pde_adjoint": (
         make_pde_model,

@@ -78,6 +78,7 @@ class HealthRecord:
     fallback: int = 0
     surrogate_draws: int = 0
     surrogate_acceptance: float = 0.0  # sum over surrogate draws
+    potentials: list = field(default_factory=list)  # true potentials of the draws
     next_check: int = 100  # draws at which shares are next judged (then doubled)
     told: frozenset = frozenset()  # symptoms already warned about
 

@@ -29,6 +29,21 @@ class NeverMoves(SurrogateHMC):
         return info
 
 
+class Crawls(SurrogateHMC):
+    """Exact but useless in the draws: a random-walk Metropolis step of 0.01 sd."""
+
+    def _surrogate_step(self, chain, current, record=True):
+        info = super()._surrogate_step(chain, current, record)
+        if not chain.frozen:
+            return info
+        proposal = self._evaluate(chain, current.q + 0.01 * self.rng.standard_normal(self.dim),
+                                  with_grad=False, record=False)
+        accept = min(1.0, float(np.exp(current.potential - proposal.potential)))
+        moved = self.rng.uniform() < accept
+        return info._replace(point=proposal if moved else current, accepted=moved,
+                             accept_prob=accept)
+
+
 def _messages(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -45,9 +60,18 @@ def test_stuck_chains_are_named(caplog, cores):
     assert len([m for m in _messages(caplog) if "accepted 0% of the surrogate" in m]) == 2
 
 
+def test_slow_mixing_is_told(caplog):
+    """A chain that moves (every draw accepted) but mixes far too slowly to estimate."""
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.sample(step=Crawls(tail_jumps=0), cores=1, **{**RUN, "draws": 450})
+    slow = [m for m in _messages(caplog) if "effective sample size of" in m]
+    assert len(slow) == 2 and "chain 0" in slow[0] and "chain 1" in slow[1]
+
+
 def test_healthy_run_is_quiet(caplog):
     with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
         pm.Normal("x", 0.0, 1.0, shape=2)
-        pm.sample(step=SurrogateHMC(), cores=1, **RUN)
+        pm.sample(step=SurrogateHMC(), cores=1, **{**RUN, "draws": 500})  # past the ESS check
     assert not [m for m in _messages(caplog) if "SurrogateHMC" in m]
 
