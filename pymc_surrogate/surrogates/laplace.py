@@ -22,6 +22,9 @@ __all__ = ["Gaussian", "laplace_from_values"]
 POINTS_PER_COEFFICIENT = 3.0
 #: A level is fitted only with at least this many points per coefficient.
 MIN_POINTS_PER_COEFFICIENT = 1.2
+#: Largest full quadratic fitted (d <= 33); beyond, a diagonal one: the least squares
+#: costs O(n p^2) with n = 3p rows, seconds a fit at p = 1326 (d = 50).
+MAX_FULL_COEFFICIENTS = 600
 #: Eigenvalues of the fitted Hessian below this share of the largest are not trusted.
 RELATIVE_CURVATURE_FLOOR = 1e-12
 
@@ -65,7 +68,8 @@ def laplace_from_values(positions: np.ndarray, potentials: np.ndarray) -> Gaussi
     n, dim = positions.shape
     level = next(
         (name for name in ("full", "diagonal")
-         if n >= MIN_POINTS_PER_COEFFICIENT * polynomial_size(dim, name)),
+         if n >= MIN_POINTS_PER_COEFFICIENT * polynomial_size(dim, name)
+         and (name != "full" or polynomial_size(dim, name) <= MAX_FULL_COEFFICIENTS)),
         None,
     )
     if level is None:
@@ -75,7 +79,8 @@ def laplace_from_values(positions: np.ndarray, potentials: np.ndarray) -> Gaussi
     points, values = positions[lowest], potentials[lowest]
     # Whitened by the points' own spread: only for the conditioning of the least squares
     # (the quadratic fitted does not depend on an affine change of coordinates).
-    whitening = Whitening.from_samples(points, dense=True)
+    # (diagonal for a diagonal quadratic, which a rotation would not keep diagonal)
+    whitening = Whitening.from_samples(points, dense=level == "full")
     x = whitening.to_white(points)
     polynomial = PolynomialFeatures(dim, level)
     # Rows in relative units: a point 1e8 above the minimum (an early prior-scale jump)

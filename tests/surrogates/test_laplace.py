@@ -67,3 +67,14 @@ def test_positive_definite_refuses_nan_with_a_clear_error():
     """NaN reaching ``eigh`` was a crash ("Eigenvalues did not converge") in tuning."""
     with pytest.raises(ValueError, match="not finite"):
         positive_definite(np.full((3, 3), np.nan))
+
+
+def test_high_dimension_falls_back_to_a_diagonal_quadratic():
+    """A full quadratic in d = 40 has 861 coefficients; the probe fits the diagonal one."""
+    dim = 40
+    rng = np.random.default_rng(4)
+    scales = np.logspace(-2, 0, dim)
+    points = rng.standard_normal((400, dim)) * scales
+    gaussian = laplace_from_values(points, 0.5 * np.sum((points / scales) ** 2, axis=1))
+    assert gaussian.quadratic == "diagonal"
+    np.testing.assert_allclose(np.sqrt(np.diag(gaussian.cov)), scales, rtol=1e-6)
