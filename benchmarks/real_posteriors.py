@@ -3,7 +3,9 @@
 Runs each posterior of :mod:`benchmarks.posteriordb` with each sampler (``pm.sample``,
 ``cores=1``, the same draws, tune, chains and seed for all), compares the draws with the
 posterior's vendored posteriordb reference summary, and writes one markdown table and one CSV
-with a row per (posterior, sampler)::
+with a row per (posterior, sampler), plus ``<tag>_parameters.csv`` with every scalar
+parameter's figures (mean, reference mean, MCSE, z, sd ratio, 1/5/95/99 % tail shares, ESS,
+R-hat)::
 
     python benchmarks/real_posteriors.py                       # everything, 4 chains x 1000
     python benchmarks/real_posteriors.py --short               # three cheap posteriors, tiny
@@ -45,7 +47,7 @@ reference summary computed from posteriordb's 10 000 reference draws):
   during the run (where PyMC logs the steps' ``warning`` stats); PyMC's own convergence
   checks are off, so these are the samplers' warnings.
 * ``status``: ``error`` if the run raised; ``wrong`` unless ``max_abs_z <= 4``,
-  ``max_rhat <= 1.01`` and ``tails_ok``; ``warned`` if right but with warnings or
+  ``max_rhat <= 1.01`` (not checked with one chain) and ``tails_ok``; ``warned`` if right but with warnings or
   divergences; else ``ok``.
 """
 
@@ -91,12 +93,14 @@ from pymc_surrogate.compat import posterior_dataset  # noqa: E402
 __all__ = [
     "COLUMNS",
     "DEFAULT_SAMPLERS",
+    "PARAMETER_COLUMNS",
     "RHAT_LIMIT",
     "SHORT",
     "SHORT_POSTERIORS",
     "Z_LIMIT",
     "classify",
     "main",
+    "parameter_table",
     "run_one_posterior",
     "run_real_posteriors",
     "tail_band",
@@ -186,11 +190,11 @@ def tail_band(n_eff: float, p: float = TAIL_P, level: float = TAIL_LEVEL) -> tup
 
 def classify(row: Mapping[str, Any]) -> str:
     """Status of a measured row: ``"wrong"``, ``"warned"`` or ``"ok"`` (see module doc)."""
+    one_chain = row.get("chains", 2) == 1  # no R-hat from one chain
     right = (
         np.isfinite(row["max_abs_z"])
         and row["max_abs_z"] <= Z_LIMIT
-        and np.isfinite(row["max_rhat"])
-        and row["max_rhat"] <= RHAT_LIMIT
+        and (one_chain or (np.isfinite(row["max_rhat"]) and row["max_rhat"] <= RHAT_LIMIT))
         and row["tails_ok"] in (True, "n/a")  # n/a: the reference has no quantiles
     )
     if not right:
@@ -204,19 +208,19 @@ def _entry_name(var: str, index: tuple[int, ...]) -> str:
     return var if not index else f"{var}[{','.join(str(i + 1) for i in index)}]"
 
 
-def _min_over(dataset: Any) -> float:
-    return min(float(np.nanmin(dataset[v].values)) for v in dataset.data_vars)
+#: Columns of the per-parameter table (``<tag>_parameters.csv``).
+PARAMETER_COLUMNS: list[str] = [
+    "posterior", "sampler", "parameter", "mean", "ref_mean", "mcse", "z", "sd", "ref_sd",
+    "sd_ratio", "below_q01", "below_q05", "above_q95", "above_q99", "ess_bulk", "ess_tail",
+    "rhat",
+]
 
 
-def _max_over(dataset: Any) -> float:
-    return max(float(np.nanmax(dataset[v].values)) for v in dataset.data_vars)
-
-
-def compare_with_reference(
+def parameter_table(
     posterior: Any, names: Sequence[str], ref: Mapping[str, Mapping[str, np.ndarray]],
     chains: int,
-) -> dict[str, Any]:
-    """The accuracy and convergence columns of one run.
+) -> list[dict[str, Any]]:
+    """Per scalar parameter: this run's figures next to the reference's.
 
     Parameters
     ----------
@@ -232,65 +236,99 @@ def compare_with_reference(
 
     Returns
     -------
-    dict
-        ``max_abs_z``, ``z_at``, ``sd_ratio_min/max``, ``tail_*``, ``min_ess_*``,
-        ``max_rhat``, ``dim``.
+    list of dict
+        One record per scalar entry, keys of :data:`PARAMETER_COLUMNS` but the first two
+        (``z`` is signed; a tail share is NaN where the reference has no such quantile).
     """
     import arviz as az
 
     post = posterior[list(names)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # short chains make ArviZ complain
-        ess_bulk = _min_over(az.ess(post, method="bulk"))
-        ess_tail = _min_over(az.ess(post, method="tail"))
-        rhat = _max_over(az.rhat(post)) if chains > 1 else float("nan")
+        ess_bulk = az.ess(post, method="bulk")
+        ess_tail = az.ess(post, method="tail")
+        rhat = az.rhat(post) if chains > 1 else None
         mcse = az.mcse(post, method="mean")
-    lo, hi = tail_band(ess_tail)
-    # A reference summarised without quantiles (no draws in posteriordb) cannot check tails.
-    has_quantiles = "q01" in ref and "q99" in ref
-    z_best, z_at = -1.0, ""
-    ratios: list[float] = []
-    tail_best, tail_dev, tail_at, tails_ok = float("nan"), -1.0, "", True
-    dim = 0
+    records: list[dict[str, Any]] = []
     for var in names:
         x = np.asarray(post[var].values, dtype=float)  # (chain, draw, *shape)
         flat = x.reshape(x.shape[0] * x.shape[1], -1)
         shape = x.shape[2:]
-        dim += flat.shape[1]
         mean, sd = flat.mean(axis=0), flat.std(axis=0, ddof=1)
-        se = np.asarray(mcse[var].values, dtype=float).reshape(-1)
+
+        def per_entry(dataset: Any) -> np.ndarray:
+            return np.asarray(dataset[var].values, dtype=float).reshape(-1)
+
+        def share(stat: str, below: bool) -> np.ndarray:
+            if stat not in ref:
+                return np.full(flat.shape[1], np.nan)
+            q = ref[stat][var].reshape(-1)
+            return (flat < q).mean(axis=0) if below else (flat > q).mean(axis=0)
+
+        se = per_entry(mcse)
+        ref_mean, ref_sd = ref["mean"][var].reshape(-1), ref["sd"][var].reshape(-1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.abs(mean - ref["mean"][var].reshape(-1)) / se
+            z = (mean - ref_mean) / se
         z = np.where(np.isnan(z), np.inf, z)  # a stuck chain: MCSE 0, no estimate of error
-        ratio = sd / ref["sd"][var].reshape(-1)
-        if has_quantiles:
-            below = (flat < ref["q01"][var].reshape(-1)).mean(axis=0)
-            above = (flat > ref["q99"][var].reshape(-1)).mean(axis=0)
+        columns = {
+            "mean": mean, "ref_mean": ref_mean, "mcse": se, "z": z, "sd": sd, "ref_sd": ref_sd,
+            "sd_ratio": sd / ref_sd,
+            "below_q01": share("q01", True), "below_q05": share("q05", True),
+            "above_q95": share("q95", False), "above_q99": share("q99", False),
+            "ess_bulk": per_entry(ess_bulk), "ess_tail": per_entry(ess_tail),
+            "rhat": per_entry(rhat) if rhat is not None else np.full(flat.shape[1], np.nan),
+        }
         for j in range(flat.shape[1]):
-            entry = _entry_name(var, np.unravel_index(j, shape) if shape else ())
-            if z[j] > z_best:
-                z_best, z_at = float(z[j]), entry
-            ratios.append(float(ratio[j]))
-            if not has_quantiles:
-                continue
-            for share, side in ((below[j], "<q01"), (above[j], ">q99")):
-                if abs(share - TAIL_P) > tail_dev:
-                    tail_best, tail_dev = float(share), abs(share - TAIL_P)
-                    tail_at = f"{entry} {side}"
-                tails_ok &= bool(lo <= share <= hi)
+            entry = _entry_name(var, tuple(np.unravel_index(j, shape)) if shape else ())
+            records.append({"parameter": entry, **{k: float(v[j]) for k, v in columns.items()}})
+    return records
+
+
+def compare_with_reference(
+    posterior: Any, names: Sequence[str], ref: Mapping[str, Mapping[str, np.ndarray]],
+    chains: int,
+) -> dict[str, Any]:
+    """The accuracy and convergence columns of one run.
+
+    Parameters
+    ----------
+    posterior, names, ref, chains
+        As in :func:`parameter_table`.
+
+    Returns
+    -------
+    dict
+        ``max_abs_z``, ``z_at``, ``sd_ratio_min/max``, ``tail_*``, ``min_ess_*``,
+        ``max_rhat``, ``dim``, and ``parameters``: the :func:`parameter_table` records.
+    """
+    records = parameter_table(posterior, names, ref, chains)
+    ess_tail = min(r["ess_tail"] for r in records)
+    lo, hi = tail_band(ess_tail)
+    # A reference summarised without quantiles (no draws in posteriordb) cannot check tails.
+    has_quantiles = "q01" in ref and "q99" in ref
+    worst_z = max(records, key=lambda r: abs(r["z"]))
+    tail_best, tail_dev, tail_at, tails_ok = float("nan"), -1.0, "", True
+    for r in records if has_quantiles else []:
+        for key, side in (("below_q01", "<q01"), ("above_q99", ">q99")):
+            if abs(r[key] - TAIL_P) > tail_dev:
+                tail_best, tail_dev = r[key], abs(r[key] - TAIL_P)
+                tail_at = f"{r['parameter']} {side}"
+            tails_ok &= bool(lo <= r[key] <= hi)
+    rhats = [r["rhat"] for r in records]
     return {
-        "dim": dim,
-        "max_abs_z": z_best,
-        "z_at": z_at,
-        "sd_ratio_min": min(ratios),
-        "sd_ratio_max": max(ratios),
+        "dim": len(records),
+        "max_abs_z": abs(worst_z["z"]),
+        "z_at": worst_z["parameter"],
+        "sd_ratio_min": min(r["sd_ratio"] for r in records),
+        "sd_ratio_max": max(r["sd_ratio"] for r in records),
         "tail_worst": tail_best,
         "tail_at": tail_at,
         "tail_band": f"[{lo:.4f}, {hi:.4f}]" if has_quantiles else "no reference quantiles",
         "tails_ok": tails_ok if has_quantiles else "n/a",
-        "min_ess_bulk": ess_bulk,
+        "min_ess_bulk": min(r["ess_bulk"] for r in records),
         "min_ess_tail": ess_tail,
-        "max_rhat": rhat,
+        "max_rhat": float(np.nanmax(rhats)) if chains > 1 else float("nan"),
+        "parameters": records,
     }
 
 
@@ -533,7 +571,9 @@ def run_real_posteriors(
     Returns
     -------
     pandas.DataFrame
-        One row per pair, columns :data:`COLUMNS`.
+        One row per pair, columns :data:`COLUMNS`; ``attrs["parameters"]`` holds the
+        per-parameter figures (:data:`PARAMETER_COLUMNS`), also written as
+        ``<tag>_parameters.csv``.
     """
     import pymc as pm
     import pytensor
@@ -557,7 +597,8 @@ def run_real_posteriors(
         "settings": f"draws={draws} tune={tune} chains={chains} cores=1 seed={seed}",
         "versions": f"pymc {pm.__version__}, pytensor {pytensor.__version__}, "
         f"python {platform.python_version()}",
-        "machine": f"{platform.node()} ({os.cpu_count()} CPUs), {_dt.datetime.now():%Y-%m-%d %H:%M}",
+        "machine": f"{platform.node()} ({os.cpu_count()} CPUs), "
+        f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
     }
     if sampler_kwargs:
         meta["sampler kwargs"] = json.dumps(sampler_kwargs)
@@ -566,13 +607,20 @@ def run_real_posteriors(
     if pdb.discovery_errors():
         meta["modules that failed to import"] = json.dumps(pdb.discovery_errors())
     rows: list[dict[str, Any]] = []
+    parameter_rows: list[dict[str, Any]] = []
     references: dict[str, str] = {}
     base = {"chains": chains, "tune": tune, "draws": draws}
 
     def emit(row: dict[str, Any]) -> None:
+        for record in row.pop("parameters", None) or []:
+            parameter_rows.append({"posterior": row["posterior"], "sampler": row["sampler"],
+                                   **record})
         rows.append(row)
         if out_dir is not None:
             write_tables(rows, out_dir, tag, meta, references)
+            pd.DataFrame(parameter_rows, columns=PARAMETER_COLUMNS).to_csv(
+                Path(out_dir) / f"{tag}_parameters.csv", index=False
+            )
 
     with _blas_limit(blas_threads):
         for posterior in posteriors:
@@ -621,9 +669,11 @@ def run_real_posteriors(
                 emit(row)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.attrs["tag"] = tag
+    frame.attrs["parameters"] = pd.DataFrame(parameter_rows, columns=PARAMETER_COLUMNS)
     if out_dir is not None:
         frame.attrs["csv"] = str(Path(out_dir) / f"{tag}.csv")
         frame.attrs["md"] = str(Path(out_dir) / f"{tag}.md")
+        frame.attrs["parameters_csv"] = str(Path(out_dir) / f"{tag}_parameters.csv")
     return frame
 
 

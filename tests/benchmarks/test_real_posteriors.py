@@ -119,6 +119,19 @@ def test_short_run(tmp_path):
     assert frame.loc[frame["sampler"] == "NUTS", "n_grad"].iloc[0] > 0
 
 
+def test_warnings_are_captured():
+    """A step's warning (here: tuning too short to fit a surrogate) reaches the table."""
+    # draws >= 100: PyMC's own "only N samples per chain" warning would come first.
+    frame = run_real_posteriors(
+        ["arma-arma11"], ["SurrogateHMC"], draws=100, tune=20, chains=1, out_dir=None,
+        verbose=False,
+    )
+    row = frame.iloc[0]
+    assert row["n_warnings"] >= 1
+    assert row["first_warning"].startswith("SurrogateHMC: ")
+    assert row["status"] in ("warned", "wrong")
+
+
 @pytest.mark.slow
 def test_short_form_command(tmp_path):
     """The documented ``--short`` command, every default sampler (a few minutes)."""
