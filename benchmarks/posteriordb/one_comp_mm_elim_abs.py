@@ -15,8 +15,15 @@ model has none (``has_gradient=False``).  Differences from the Stan program: the
 (Stan's BDF at its default tolerances; ours is at least as accurate); a failed solve, one over
 :data:`MAX_RHS_CALLS` right-hand-side calls, or a non-positive concentration gives logp
 ``-inf``; the half-Cauchy priors are ``pm.HalfCauchy(1)`` (Stan's Cauchy on ``<lower=0>``, a
-constant factor apart).  ``C0 = 0`` is hard-coded as in posteriordb's version.  The posterior
-of ``K_m`` and ``V_m`` is heavy-tailed (``K_m``: mean 2.5, sd 7.3, 99 % quantile 28).
+constant factor apart).  ``C0 = 0`` is hard-coded as in posteriordb's version.
+
+The posterior of ``K_m`` and ``V_m`` is heavy-tailed, with **infinite variance**: for
+``K_m`` well above the concentrations the elimination is linear, ``(V_m / K_m) C / V``, so the
+likelihood is flat along rays of constant ``V_m / K_m`` and the half-Cauchy priors leave a
+marginal density ~ ``K_m^-3`` (Hill estimate of the survival exponent from posteriordb's draws:
+about 2 for ``K_m``, 2.3-3 for ``V_m``).  Their sample sds (the reference's 7.3 for ``K_m``)
+are not stable statistics and their MCSEs are approximate: judge these two by the quantile
+shares, not the sd ratio.
 """
 
 from __future__ import annotations
