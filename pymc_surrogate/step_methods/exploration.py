@@ -94,7 +94,10 @@ class Exploration:
         if len(training) < chain.explore.probe_size + max(10, self.dim):
             return current
         chain.explore.probe_size = len(training)
-        probe = laplace_from_values(training.positions, training.potentials)
+        try:
+            probe = laplace_from_values(training.positions, training.potentials)
+        except (np.linalg.LinAlgError, ValueError):  # numerically broken: keep the last one
+            probe = None
         if probe is None:
             return current
         chain.explore.probe = probe

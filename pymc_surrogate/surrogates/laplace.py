@@ -79,8 +79,7 @@ def laplace_from_values(positions: np.ndarray, potentials: np.ndarray) -> Gaussi
     points, values = positions[lowest], potentials[lowest]
     # Whitened by the points' own spread: only for the conditioning of the least squares
     # (the quadratic fitted does not depend on an affine change of coordinates).
-    # (diagonal for a diagonal quadratic, which a rotation would not keep diagonal)
-    whitening = Whitening.from_samples(points, dense=level == "full")
+    whitening = Whitening.from_samples(points, dense=True)
     x = whitening.to_white(points)
     polynomial = PolynomialFeatures(dim, level)
     # Rows in relative units: a point 1e8 above the minimum (an early prior-scale jump)

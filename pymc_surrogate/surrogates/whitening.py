@@ -58,7 +58,7 @@ class Whitening:
         if dense:
             cov = np.cov(samples, rowvar=False).reshape(dim, dim) if n > 1 else np.zeros((dim, dim))
             cov = shrink * cov + ridge * np.eye(dim)
-            return cls(mean, scipy.linalg.cholesky(cov, lower=True))
+            return cls(mean, _cholesky(cov))
         var = samples.var(axis=0, ddof=1) if n > 1 else np.zeros(dim)
         return cls(mean, np.sqrt(shrink * var + ridge))
 
@@ -103,3 +103,18 @@ class Whitening:
         if self.dense:
             return scipy.linalg.solve_triangular(self.chol, np.eye(self.dim), lower=True)
         return np.diag(1.0 / self.chol)
+
+
+def _cholesky(cov: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor; eigenvalues lifted to 1e-12 of the largest when rounding
+    made a covariance of points on very different scales indefinite (a random walk's
+    points in an inverse problem with condition number 1e8: the ridge above is 5e-5,
+    the rounding of the largest variance more)."""
+    try:
+        return scipy.linalg.cholesky(cov, lower=True)
+    except np.linalg.LinAlgError:
+        if not np.all(np.isfinite(cov)):
+            raise ValueError("the covariance of the points is not finite") from None
+        vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
+        vals = np.maximum(vals, 1e-12 * max(float(vals.max()), 1e-300))
+        return scipy.linalg.cholesky((vecs * vals) @ vecs.T, lower=True)

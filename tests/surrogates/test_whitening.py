@@ -35,3 +35,15 @@ def test_degenerate_samples_stay_invertible():
     whitening = Whitening.from_samples(np.ones((10, 3)), dense=True)
     assert np.all(np.isfinite(whitening.inverse_chol()))
     assert np.all(np.isfinite(Whitening.from_samples(np.ones((1, 3))).chol))
+
+
+def test_points_on_very_different_scales_do_not_break_the_factor():
+    """Rounding can make the shrunk covariance of such points indefinite for Cholesky (a
+    random walk's points at condition 1e8 crashed tuning): here nearly collinear points
+    1e6 wide, where scipy's Cholesky of the shrunk covariance raises; the factor exists."""
+    rng = np.random.default_rng(0)
+    points = rng.standard_normal((30, 3)) @ rng.standard_normal((3, 20)) * 1e6
+    points += 1e-6 * rng.standard_normal(points.shape)
+    whitening = Whitening.from_samples(points, dense=True)
+    assert np.all(np.isfinite(whitening.chol))
+    assert np.all(np.isfinite(whitening.to_white(points)))
