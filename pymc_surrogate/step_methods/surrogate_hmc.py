@@ -36,7 +36,7 @@ class SurrogateHMC(SurrogateStep):
         Share of draws that are independence Cauchy proposals; "auto" checks the tails.
     dense_mass : bool or "auto"
         Dense mass matrix for the surrogate trajectories; "auto": dense when the
-        surrogate's own draws are strongly correlated.
+        surrogate's own draws and the chain's tuning states are strongly correlated.
     max_energy_error, use_gradient, model, rng
         Divergence threshold; ``False`` treats the model as a black box.
 
