@@ -47,8 +47,8 @@ reference summary computed from posteriordb's 10 000 reference draws):
   during the run (where PyMC logs the steps' ``warning`` stats); PyMC's own convergence
   checks are off, so these are the samplers' warnings.
 * ``status``: ``error`` if the run raised; ``wrong`` unless ``max_abs_z <= 4``,
-  ``max_rhat <= 1.01`` (not checked with one chain) and ``tails_ok``; ``warned`` if right but with warnings or
-  divergences; else ``ok``.
+  ``max_rhat <= 1.01`` (not checked with one chain) and ``tails_ok``; ``warned`` if right
+  but with warnings or divergences; else ``ok``.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ __all__ = [
     "load_data",
     "load_reference",
     "parse_param_name",
+    "read_mirror_json",
     "reference_arrays",
     "summarize_draws",
     "trace_location",
@@ -300,7 +301,26 @@ def _git_show(path: str, mirror: Path | str | None, commit: str) -> bytes:
     ).stdout
 
 
-def _read_json(path: str, mirror: Path | str | None, commit: str) -> Any:
+def read_mirror_json(
+    path: str, mirror: Path | str | None = None, commit: str = PDB_COMMIT
+) -> Any:
+    """Read a JSON file (zipped or not) of posteriordb from the git mirror.
+
+    Parameters
+    ----------
+    path : str
+        Path in the repository, e.g.
+        ``"posterior_database/reference_posteriors/draws/draws/arma-arma11.json.zip"``.
+    mirror : path, optional
+        posteriordb git directory (default :func:`default_mirror`).
+    commit : str
+        Commit to read.
+
+    Returns
+    -------
+    object
+        The parsed JSON (reference draws: one mapping per chain, name -> draws).
+    """
     raw = _git_show(path, mirror, commit)
     if path.endswith(".zip"):
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
@@ -371,13 +391,14 @@ def build_reference(
     FileNotFoundError
         If the posterior has no reference posterior in posteriordb.
     """
-    definition = _read_json(f"{_DB}/posteriors/{posterior}.json", mirror, commit)
+    definition = read_mirror_json(f"{_DB}/posteriors/{posterior}.json", mirror, commit)
     ref_name = definition.get("reference_posterior_name")
     if not ref_name:
         raise FileNotFoundError(f"posteriordb has no reference posterior for {posterior}")
     draws_path = f"{_DB}/reference_posteriors/draws/draws/{ref_name}.json.zip"
-    info = _read_json(f"{_DB}/reference_posteriors/draws/info/{ref_name}.info.json", mirror, commit)
-    chains = _read_json(draws_path, mirror, commit)
+    info_path = f"{_DB}/reference_posteriors/draws/info/{ref_name}.info.json"
+    info = read_mirror_json(info_path, mirror, commit)
+    chains = read_mirror_json(draws_path, mirror, commit)
     n_draws = sum(len(next(iter(c.values()))) for c in chains)
     inference = info.get("inference", {})
     versions = info.get("versions", {})
@@ -442,10 +463,10 @@ def vendor_data(
     Path
         The file written.
     """
-    definition = _read_json(f"{_DB}/posteriors/{posterior}.json", mirror, commit)
+    definition = read_mirror_json(f"{_DB}/posteriors/{posterior}.json", mirror, commit)
     data_name = definition["data_name"]
     data_path = f"{_DB}/data/data/{data_name}.json.zip"
-    data = _read_json(data_path, mirror, commit)
+    data = read_mirror_json(data_path, mirror, commit)
     if keys is not None:
         missing = sorted(set(keys) - set(data))
         if missing:
