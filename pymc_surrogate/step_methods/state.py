@@ -79,6 +79,7 @@ class HealthRecord:
     surrogate_draws: int = 0
     surrogate_acceptance: float = 0.0  # sum over surrogate draws
     potentials: list = field(default_factory=list)  # true potentials of the draws
+    positions: list = field(default_factory=list)  # and their positions
     next_check: int = 100  # draws at which shares are next judged (then doubled)
     told: frozenset = frozenset()  # symptoms already warned about
 
