@@ -5,8 +5,7 @@ A step method that runs exact kernels never returns wrong draws, but it can retu
 moves (all fallback), a surrogate whose energy is so far from the model's that nearly every
 proposal is rejected, a chain that moves but mixes so slowly that its estimates mean
 nothing (the 2-d funnel: R-hat 1.06, min ESS 39 from 2 x 1000 draws, nothing said). Each
-symptom becomes one ``SamplerWarning`` naming the chain, what
-was seen and what to do; PyMC logs it in the main process with any ``cores``. Chains that
+symptom becomes one ``SamplerWarning`` naming the chain, what was seen and what to do; PyMC logs it in the main process with any ``cores``. Chains that
 disagree with each other are PyMC's own R-hat check (``compute_convergence_checks``): one
 chain cannot see the others.
 """
@@ -34,7 +33,7 @@ MAX_FALLBACK_SHARE = 0.5
 MIN_SURROGATE_ACCEPTANCE = 0.1
 #: Draws after which a chain's effective sample size is judged ...
 ESS_CHECK_DRAWS = 400
-#: ... and the bulk ESS of its model logp below which its estimates are unreliable (an
+#: ... and the bulk ESS (of its logp or any coordinate) below which its estimates are unreliable (an
 #: MCSE needs about 100 over all chains: Vehtari et al. 2021; a quarter of that per chain).
 MIN_CHAIN_ESS = 25.0
 
@@ -45,7 +44,7 @@ class ChainHealth:
     def _chain_name(self) -> str:
         """``"chain 2"`` when PyMC's per-chain generator says which chain this is.
 
-        ``pm.sample`` spawns one generator per chain from its seed, so the last element
+        ``pm.sample`` spawns one generator per chain from its seed, so the first element
         of the spawn key is the chain's index (best effort: a generator handed in by a
         user, or a compound step's share of it, may say otherwise).
         """
