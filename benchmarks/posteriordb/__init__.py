@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: Modules of this package that hold no posterior.
-_NOT_POSTERIORS = frozenset({"reference"})
+_NOT_POSTERIORS = frozenset({"ode", "reference"})
 
 _registry: dict[str, ModuleType] | None = None
 _errors: dict[str, str] = {}

@@ -12,7 +12,8 @@ initial one), posteriordb commit 28f8d3d6e975315f42aa274a8399f21e07a43b30::
     sigma ~ lognormal(-1, 1);  z_init ~ lognormal(log(10), 1)
     y_init[k] ~ lognormal(log(z_init[k]), sigma[k]);  y[:, k] ~ lognormal(log(z[:, k]), sigma[k])
 
-The ODE solution is a **black box**: a PyTensor Op whose ``perform`` calls
+The ODE solution is a **black box**: the Op
+:class:`~benchmarks.posteriordb.ode.ODESolution`, whose ``perform`` calls
 ``scipy.integrate.solve_ivp`` (LSODA, rtol = atol = 1e-8) and which has no gradient, so the
 model has none (``has_gradient=False``); it stands for the expensive simulators the package
 targets.  Differences from the Stan program: the solver and its tolerances (Stan's rk45 at
@@ -38,119 +39,28 @@ change the density.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from pymc.distributions import transforms
-from pytensor.graph.basic import Apply
-from pytensor.graph.op import Op
-from scipy.integrate import solve_ivp
 
 from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
+from benchmarks.posteriordb.ode import MAX_RHS_CALLS, ODESolution
 from benchmarks.posteriordb.reference import load_data
 
-__all__ = ["POSTERIOR", "CHEAP", "MAX_RHS_CALLS", "LotkaVolterraSolution", "make_model"]
+__all__ = ["POSTERIOR", "CHEAP", "MAX_RHS_CALLS", "make_model"]
 
 #: posteriordb posterior name.
 POSTERIOR = "hudson_lynx_hare-lotka_volterra"
 #: Not in the short CI run (each logp is an ODE solve, ~2-5 ms).
 CHEAP = False
-#: A solve needing more right-hand-side calls than this is abandoned (logp -inf): it bounds
-#: the cost of far-out proposals.  At the posterior a solve takes a few hundred.
-MAX_RHS_CALLS = 50_000
 
 
-class _Budget(Exception):
-    pass
-
-
-class _LotkaVolterraRHS:
-    """Right-hand side with a call budget (module-level class: picklable)."""
-
-    def __init__(self, theta: np.ndarray, budget: int) -> None:
-        self.alpha, self.beta, self.gamma, self.delta = (float(v) for v in theta)
-        self.calls, self.budget = 0, budget
-
-    def __call__(self, t: float, z: np.ndarray) -> list[float]:
-        self.calls += 1
-        if self.calls > self.budget:
-            raise _Budget
-        u, v = z
-        return [(self.alpha - self.beta * v) * u, (-self.gamma + self.delta * u) * v]
-
-
-class LotkaVolterraSolution(Op):
-    """Populations ``z[n, k]`` at ``ts`` from ``theta`` (4,) and ``z_init`` (2,); no gradient.
-
-    Parameters
-    ----------
-    ts : sequence of float
-        Output times (> 0; the state is ``z_init`` at time 0).
-    rtol, atol : float
-        ``solve_ivp`` tolerances.
-    method : str
-        ``solve_ivp`` method.
-    max_rhs_calls : int
-        Right-hand-side budget per solve; beyond it the output is zeros (logp ``-inf``).
-
-    Notes
-    -----
-    Non-positive or non-finite populations, and failed solves, come out as 0 so that
-    ``log(z)`` is ``-inf`` and the lognormal likelihood ``-inf``: the point is rejected.
-    The Op defines no ``grad``: PyTensor cannot differentiate the model.
-    """
-
-    __props__ = ("ts", "rtol", "atol", "method", "max_rhs_calls")
-
-    def __init__(
-        self,
-        ts: Sequence[float],
-        rtol: float = 1e-8,
-        atol: float = 1e-8,
-        method: str = "LSODA",
-        max_rhs_calls: int = MAX_RHS_CALLS,
-    ) -> None:
-        self.ts = tuple(float(t) for t in ts)
-        self.rtol = float(rtol)
-        self.atol = float(atol)
-        self.method = str(method)
-        self.max_rhs_calls = int(max_rhs_calls)
-
-    def make_node(self, theta: Any, z_init: Any) -> Apply:
-        theta = pt.as_tensor_variable(theta, dtype="float64")
-        z_init = pt.as_tensor_variable(z_init, dtype="float64")
-        return Apply(self, [theta, z_init], [pt.dmatrix()])
-
-    def solve(self, theta: np.ndarray, z_init: np.ndarray) -> np.ndarray:
-        """The solution as an ``(len(ts), 2)`` array, zeros where it is unusable."""
-        out = np.zeros((len(self.ts), 2))
-        if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(z_init))):
-            return out
-        try:
-            sol = solve_ivp(
-                _LotkaVolterraRHS(theta, self.max_rhs_calls),
-                (0.0, self.ts[-1]),
-                np.asarray(z_init, dtype=float),
-                method=self.method,
-                t_eval=self.ts,
-                rtol=self.rtol,
-                atol=self.atol,
-            )
-        except _Budget:
-            return out
-        if not sol.success or sol.y.shape[1] != len(self.ts):
-            return out
-        z = sol.y.T
-        return np.where(np.isfinite(z) & (z > 0), z, 0.0)
-
-    def perform(self, node: Apply, inputs: list[np.ndarray], outputs: list) -> None:
-        outputs[0][0] = self.solve(inputs[0], inputs[1])
-
-    def infer_shape(self, fgraph, node, input_shapes):
-        return [(len(self.ts), 2)]
+def _lotka_volterra(t: float, z: np.ndarray, theta: tuple[float, ...]) -> list[float]:
+    """``dz/dt`` for ``z = (hares, lynxes)``, ``theta = (alpha, beta, gamma, delta)``."""
+    alpha, beta, gamma, delta = theta
+    u, v = z
+    return [(alpha - beta * v) * u, (-gamma + delta * u) * v]
 
 
 def make_model(pymc_default_init: bool = False) -> tuple[pm.Model, ModelInfo]:
@@ -175,7 +85,7 @@ def make_model(pymc_default_init: bool = False) -> tuple[pm.Model, ModelInfo]:
     y_init = np.asarray(data["y_init"], dtype=float)
     y = np.asarray(data["y"], dtype=float)  # (N, 2): hares, lynxes
     counter = EvaluationCounter()
-    solution = LotkaVolterraSolution(ts)
+    solution = ODESolution(_lotka_volterra, ts, n_states=2)
     init = {
         "theta": np.array([0.5, 0.025, 0.8, 0.025]),
         "z_init": y_init.copy(),

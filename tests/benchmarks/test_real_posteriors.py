@@ -142,3 +142,24 @@ def test_short_form_command(tmp_path):
     for posterior in SHORT_POSTERIORS:
         assert posterior in text
     assert "DEMetropolisZ" in text  # added on the black-box ODE posterior
+
+
+def test_ode_op_is_a_black_box():
+    """The shared ODE Op: no gradient, zeros (logp -inf) past its budget, picklable."""
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.gradient import NullTypeGradError
+
+    from benchmarks.posteriordb import lotka_volterra
+    from benchmarks.posteriordb.ode import ODESolution
+
+    op = ODESolution(lotka_volterra._lotka_volterra, [1.0, 2.0], n_states=2)
+    theta, z0 = np.array([0.5, 0.025, 0.8, 0.025]), np.array([30.0, 4.0])
+    assert np.all(op.solve(theta, z0) > 0)
+    assert not op.solve(np.r_[np.nan, theta[1:]], z0).any()
+    tight = ODESolution(lotka_volterra._lotka_volterra, [1.0, 2.0], n_states=2, max_rhs_calls=5)
+    assert not tight.solve(theta, z0).any()
+    assert cloudpickle.loads(cloudpickle.dumps(op)) == op
+    x = pt.dvector("x")
+    with pytest.raises((NotImplementedError, NullTypeGradError)):
+        pytensor.grad(op(x, z0).sum(), x)
