@@ -142,6 +142,19 @@ def trace_location(
 # ---------------------------------------------------------------------------------------
 
 
+def _read_vendored(directory: Path | str, stem: str) -> Any:
+    """The parsed ``<directory>/<stem>.json``: the one place that knows the vendored layout."""
+    return json.loads((Path(directory) / f"{stem}.json").read_text())
+
+
+def _write_vendored(payload: Any, directory: Path | str, stem: str) -> Path:
+    """Write ``<directory>/<stem>.json`` as :func:`_read_vendored` reads it; the path."""
+    path = Path(directory) / f"{stem}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    return path
+
+
 def load_reference(posterior: str, directory: Path | str = REFERENCE_DIR) -> dict[str, Any]:
     """Read a vendored reference summary.
 
@@ -159,8 +172,7 @@ def load_reference(posterior: str, directory: Path | str = REFERENCE_DIR) -> dic
         ``quantiles`` and ``parameters`` (name -> ``{"mean", "sd", "mcse_mean", "q01",
         "q05", "q95", "q99"}``).
     """
-    path = Path(directory) / f"{posterior}.json"
-    payload = json.loads(path.read_text())
+    payload = _read_vendored(directory, posterior)
     if "parameters" not in payload and "params" in payload:  # key of some vendored files
         payload["parameters"] = payload.pop("params")
     return payload
@@ -276,7 +288,7 @@ def load_data(data_name: str, directory: Path | str = DATA_DIR) -> dict[str, Any
         (:func:`vendor_data` writes ``{"name", "source", "licence", "data"}``; a bare data
         object is read as it is).
     """
-    payload = json.loads((Path(directory) / f"{data_name}.json").read_text())
+    payload = _read_vendored(directory, data_name)
     if isinstance(payload.get("data"), dict) and "source" in payload:
         return payload["data"]
     return payload  # a bare data file
@@ -431,11 +443,7 @@ def write_reference(
     Path
         The file written.
     """
-    payload = build_reference(posterior, mirror, commit)
-    path = Path(directory) / f"{posterior}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1) + "\n")
-    return path
+    return _write_vendored(build_reference(posterior, mirror, commit), directory, posterior)
 
 
 def vendor_data(
@@ -478,10 +486,7 @@ def vendor_data(
         "licence": LICENCE,
         "data": data,
     }
-    path = Path(directory) / f"{data_name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1) + "\n")
-    return path
+    return _write_vendored(payload, directory, data_name)
 
 
 def main(argv: list[str] | None = None) -> int:
