@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,7 @@ from pymc_surrogate.compat import posterior_dataset
 
 __all__ = [
     "COLUMNS",
+    "CountedRun",
     "DEFAULTS",
     "SMOKE",
     "PYMC_SAMPLERS",
@@ -50,8 +51,13 @@ __all__ = [
     "model_has_gradient",
     "needs_gradient",
     "reference_moments",
+    "cost_columns",
+    "environment_meta",
+    "log_to_stderr",
     "run_benchmark",
     "run_one",
+    "sample_counted",
+    "split_names",
     "write_results",
 ]
 
@@ -525,6 +531,131 @@ def _empty_row(model: str, size: str, sampler: str, **kw: Any) -> dict[str, Any]
     return row
 
 
+class CountedRun(NamedTuple):
+    """:func:`sample_counted`'s result: the trace, :meth:`_PhaseRecorder.summary` (phase
+    seconds, ``total_s``, ``n_logp``, ``n_grad``, ...) and the kept ``pymc`` warnings."""
+
+    idata: Any
+    timing: dict[str, float]
+    warnings: list[str]
+
+
+class _KeepRecords(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def sample_counted(
+    model: Any,
+    info: Any,
+    sampler: str,
+    step_cls: type | None,
+    *,
+    draws: int,
+    tune: int,
+    chains: int,
+    seed: int,
+    sampler_kwargs: Mapping[str, Any] | None = None,
+    keep_warnings: bool = False,
+) -> CountedRun:
+    """``pm.sample`` once, timing the phases and counting evaluations (errors propagate).
+
+    The sampling shared by :func:`run_one` and
+    :func:`benchmarks.real_posteriors.run_one_posterior`.
+
+    Parameters
+    ----------
+    model, info, sampler, step_cls, draws, tune, chains, seed, sampler_kwargs
+        As in :func:`run_one` (``cores=1`` always, so the in-process counter sees all).
+    keep_warnings : bool
+        Keep the ``pymc`` logger's warnings (the steps' ``warning`` stats) instead of
+        sampling with ``quiet=True``, which would silence them.
+
+    Returns
+    -------
+    CountedRun
+    """
+    import pymc as pm
+
+    sampler_kwargs = dict(sampler_kwargs or {})
+    recorder = _PhaseRecorder(info)
+    sample_kwargs: dict[str, Any] = {}
+    keep = _KeepRecords()
+    logger = logging.getLogger("pymc")
+    old_level = logger.level
+    if keep_warnings:
+        logger.addHandler(keep)
+        logger.setLevel(logging.WARNING)  # WARNING, not quieter: the records we keep
+    else:
+        sample_kwargs["quiet"] = True
+    try:
+        recorder.start()
+        with model:
+            if sampler == "NUTS":
+                step = None
+                if sampler_kwargs:
+                    sample_kwargs["nuts"] = sampler_kwargs
+            else:
+                assert step_cls is not None
+                step = step_cls(**sampler_kwargs)
+            idata = pm.sample(
+                draws=draws,
+                tune=tune,
+                chains=chains,
+                cores=1,
+                step=step,
+                random_seed=seed,
+                progressbar=False,
+                compute_convergence_checks=False,
+                discard_tuned_samples=True,
+                callback=recorder,
+                **sample_kwargs,
+            )
+        t_end = time.perf_counter()
+    finally:
+        if keep_warnings:
+            logger.removeHandler(keep)
+            logger.setLevel(old_level)
+    return CountedRun(idata, recorder.summary(t_end), [r.getMessage() for r in keep.records])
+
+
+def cost_columns(
+    timing: Mapping[str, float], sample_stats: Any, ess_bulk: float
+) -> dict[str, Any]:
+    """Evaluation-count and divergence columns, the same in both results tables.
+
+    Parameters
+    ----------
+    timing : mapping
+        :attr:`CountedRun.timing`.
+    sample_stats : xarray.Dataset
+        The run's ``sample_stats`` group.
+    ess_bulk : float
+        Minimum bulk ESS.
+
+    Returns
+    -------
+    dict
+        ``n_logp``, ``n_grad``, ``evals_per_ess`` (inf at ESS 0), ``divergences`` (NaN
+        without a ``diverging`` stat), and ``note`` if the counter saw no evaluation.
+    """
+    n_evals = timing["n_logp"] + timing["n_grad"]
+    diverging = sample_stats["diverging"] if "diverging" in sample_stats else None
+    columns: dict[str, Any] = {
+        "n_logp": timing["n_logp"],
+        "n_grad": timing["n_grad"],
+        "evals_per_ess": n_evals / ess_bulk if ess_bulk > 0 else float("inf"),
+        "divergences": int(diverging.values.sum()) if diverging is not None else float("nan"),
+    }
+    if n_evals == 0:
+        columns["note"] = "counter saw no evaluations (sampled in another process?)"
+    return columns
+
+
 def run_one(
     model: Any,
     info: Any,
@@ -562,37 +693,14 @@ def run_one(
         The measured columns of :data:`COLUMNS` (model/size/status are filled by the caller).
     """
     import arviz as az
-    import pymc as pm
 
-    sampler_kwargs = dict(sampler_kwargs or {})
     names = _param_names(model, info)
-    recorder = _PhaseRecorder(info)
-    sample_kwargs: dict[str, Any] = {}
-    recorder.start()
-    with model:
-        if sampler == "NUTS":
-            step = None
-            if sampler_kwargs:
-                sample_kwargs["nuts"] = sampler_kwargs
-        else:
-            assert step_cls is not None
-            step = step_cls(**sampler_kwargs)
-        idata = pm.sample(
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            cores=1,
-            step=step,
-            random_seed=seed,
-            progressbar=False,
-            quiet=True,
-            compute_convergence_checks=False,
-            discard_tuned_samples=True,
-            callback=recorder,
-            **sample_kwargs,
-        )
-    t_end = time.perf_counter()
-    row: dict[str, Any] = recorder.summary(t_end)
+    run = sample_counted(
+        model, info, sampler, step_cls, draws=draws, tune=tune, chains=chains, seed=seed,
+        sampler_kwargs=sampler_kwargs,
+    )
+    idata = run.idata
+    row: dict[str, Any] = dict(run.timing)
     post = posterior_dataset(idata)[names]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # short smoke chains make ArviZ complain
@@ -601,7 +709,7 @@ def run_one(
         rhat = _max_over(az.rhat(post)) if chains > 1 else float("nan")
         errors = _posterior_errors(post, names, reference)
     stats = posterior_dataset(idata, "sample_stats")
-    n_evals = row["n_logp"] + row["n_grad"]
+    row.update(cost_columns(run.timing, stats, ess_bulk))
     row.update(
         dim=int(sum(int(np.prod(post[k].shape[2:])) for k in names)),
         min_ess_bulk=ess_bulk,
@@ -612,16 +720,12 @@ def run_one(
             if row["tune_s"] + row["draws_s"] > 0
             else float("nan")
         ),
-        evals_per_ess=n_evals / ess_bulk if ess_bulk > 0 else float("inf"),
         logp_evals_per_ess=row["n_logp"] / ess_bulk if ess_bulk > 0 else float("inf"),
         mean_accept=_mean_acceptance(stats),
-        divergences=int(stats["diverging"].values.sum()) if "diverging" in stats else float("nan"),
         max_rhat=rhat,
         ref_source=reference.source,
         **errors,
     )
-    if row["n_logp"] + row["n_grad"] == 0:
-        row["note"] = "counter saw no evaluations (sampled in another process?)"
     return row
 
 
@@ -725,6 +829,37 @@ def write_results(
     return csv_path, md_path
 
 
+def split_names(text: str | None) -> list[str]:
+    """Names of a comma-separated command-line list (``[]`` for None or blank)."""
+    return [t.strip() for t in text.split(",") if t.strip()] if text else []
+
+
+def log_to_stderr(logger: logging.Logger, label: str) -> None:
+    """Send a runner's INFO progress lines to stderr as ``[<label> HH:MM:SS] message``.
+
+    Does nothing if the logger already has a handler (a second run in the same process).
+    """
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(f"[{label} %(asctime)s] %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def environment_meta() -> dict[str, str]:
+    """The ``versions`` and ``machine`` lines of a results table's header."""
+    import pymc as pm
+    import pytensor
+
+    return {
+        "versions": f"pymc {pm.__version__}, pytensor {pytensor.__version__}, "
+        f"python {platform.python_version()}",
+        "machine": f"{platform.node()} ({os.cpu_count()} CPUs), "
+        f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
+    }
+
+
 def _blas_limit(n_threads: int | None) -> Any:
     if n_threads is None:
         from contextlib import nullcontext
@@ -794,16 +929,10 @@ def run_benchmark(
         ``status="error"`` and the exception in ``note``, inapplicable pairs have
         ``status="skipped"``.
     """
-    import pymc as pm
-    import pytensor
-
     from benchmarks.models import MODELS, build_model
 
-    if verbose and not _log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[bench %(asctime)s] %(message)s", "%H:%M:%S"))
-        _log.addHandler(handler)
-        _log.setLevel(logging.INFO)
+    if verbose:
+        log_to_stderr(_log, "bench")
     models = list(models)
     all_samplers, registry_error = available_samplers()
     sampler_names = list(samplers) if samplers is not None else ["all"]
@@ -817,10 +946,7 @@ def run_benchmark(
         "settings": f"draws={draws} tune={tune} chains={chains} cores=1 seed={seed}",
         "reference runs": f"NUTS target_accept=0.9, {ref_chains} chains x {ref_draws} draws "
         f"(+{ref_tune} tune), cached in {Path(cache_dir).name}/",
-        "versions": f"pymc {pm.__version__}, pytensor {pytensor.__version__}, "
-        f"python {platform.python_version()}",
-        "machine": f"{platform.node()} ({os.cpu_count()} CPUs), "
-        f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
+        **environment_meta(),
     }
     if sampler_kwargs:
         meta["sampler kwargs"] = json.dumps(sampler_kwargs)

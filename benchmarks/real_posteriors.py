@@ -59,9 +59,7 @@ import json
 import logging
 import math
 import os
-import platform
 import sys
-import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -83,10 +81,14 @@ from benchmarks.harness import (  # noqa: E402
     _blas_limit,
     _describe,
     _fmt,
-    _PhaseRecorder,
     available_samplers,
+    cost_columns,
+    environment_meta,
+    log_to_stderr,
     model_has_gradient,
     needs_gradient,
+    sample_counted,
+    split_names,
 )
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
 
@@ -337,15 +339,6 @@ def compare_with_reference(
 # ---------------------------------------------------------------------------------------
 
 
-class _KeepRecords(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def run_one_posterior(
     model: Any,
     info: Any,
@@ -381,63 +374,20 @@ def run_one_posterior(
     dict
         The measured columns of :data:`COLUMNS` (not ``status``).
     """
-    import pymc as pm
-
-    sampler_kwargs = dict(sampler_kwargs or {})
-    names = list(info.param_names)
-    recorder = _PhaseRecorder(info)
-    keep = _KeepRecords()
-    logger = logging.getLogger("pymc")
-    old_level = logger.level
-    logger.addHandler(keep)
-    # WARNING, not quieter: pm.sample(quiet=True) would silence the records we count.
-    logger.setLevel(logging.WARNING)
-    try:
-        recorder.start()
-        with model:
-            extra: dict[str, Any] = {}
-            if sampler == "NUTS":
-                step = None
-                if sampler_kwargs:
-                    extra["nuts"] = sampler_kwargs
-            else:
-                assert step_cls is not None
-                step = step_cls(**sampler_kwargs)
-            idata = pm.sample(
-                draws=draws,
-                tune=tune,
-                chains=chains,
-                cores=1,
-                step=step,
-                random_seed=seed,
-                progressbar=False,
-                compute_convergence_checks=False,
-                discard_tuned_samples=True,
-                callback=recorder,
-                **extra,
-            )
-        t_end = time.perf_counter()
-    finally:
-        logger.removeHandler(keep)
-        logger.setLevel(old_level)
-    timing = recorder.summary(t_end)
-    row = compare_with_reference(posterior_dataset(idata), names, ref, chains)
-    stats = posterior_dataset(idata, "sample_stats")
-    n_evals = timing["n_logp"] + timing["n_grad"]
-    messages = [r.getMessage() for r in keep.records]
-    row.update(
-        n_logp=timing["n_logp"],
-        n_grad=timing["n_grad"],
-        evals_per_ess=n_evals / row["min_ess_bulk"] if row["min_ess_bulk"] > 0 else math.inf,
-        wall_s=timing["total_s"],
-        divergences=(
-            int(stats["diverging"].values.sum()) if "diverging" in stats else float("nan")
-        ),
-        n_warnings=len(messages),
-        first_warning=messages[0][:200] if messages else "",
+    # The sampling and the cost columns are the harness's (the same call as its run_one);
+    # unlike it, this suite keeps the samplers' warnings for its table.
+    run = sample_counted(
+        model, info, sampler, step_cls, draws=draws, tune=tune, chains=chains, seed=seed,
+        sampler_kwargs=sampler_kwargs, keep_warnings=True,
     )
-    if n_evals == 0:
-        row["note"] = "counter saw no evaluations (sampled in another process?)"
+    row = compare_with_reference(posterior_dataset(run.idata), list(info.param_names), ref, chains)
+    stats = posterior_dataset(run.idata, "sample_stats")
+    row.update(cost_columns(run.timing, stats, row["min_ess_bulk"]))
+    row.update(
+        wall_s=run.timing["total_s"],
+        n_warnings=len(run.warnings),
+        first_warning=run.warnings[0][:200] if run.warnings else "",
+    )
     return row
 
 
@@ -575,17 +525,11 @@ def run_real_posteriors(
         per-parameter figures (:data:`PARAMETER_COLUMNS`), also written as
         ``<tag>_parameters.csv``.
     """
-    import pymc as pm
-    import pytensor
-
     from benchmarks import posteriordb as pdb
     from benchmarks.posteriordb.reference import load_reference, reference_arrays, variable_shapes
 
-    if verbose and not _log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[real %(asctime)s] %(message)s", "%H:%M:%S"))
-        _log.addHandler(handler)
-        _log.setLevel(logging.INFO)
+    if verbose:
+        log_to_stderr(_log, "real")
     posteriors = list(posteriors) if posteriors is not None else pdb.posterior_names()
     requested = list(samplers)
     all_samplers, registry_error = available_samplers()
@@ -595,10 +539,7 @@ def run_real_posteriors(
         "command": " ".join(sys.argv) if Path(sys.argv[0]).name == Path(__file__).name else
         f"run_real_posteriors(posteriors={posteriors}, samplers={requested})",
         "settings": f"draws={draws} tune={tune} chains={chains} cores=1 seed={seed}",
-        "versions": f"pymc {pm.__version__}, pytensor {pytensor.__version__}, "
-        f"python {platform.python_version()}",
-        "machine": f"{platform.node()} ({os.cpu_count()} CPUs), "
-        f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
+        **environment_meta(),
     }
     if sampler_kwargs:
         meta["sampler kwargs"] = json.dumps(sampler_kwargs)
@@ -677,10 +618,6 @@ def run_real_posteriors(
     return frame
 
 
-def _split(text: str | None) -> list[str] | None:
-    return [t.strip() for t in text.split(",") if t.strip()] if text else None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command line; see the module docstring."""
     parser = argparse.ArgumentParser(
@@ -715,12 +652,12 @@ def main(argv: list[str] | None = None) -> int:
         print("samplers:", ", ".join(available_samplers()[0]))
         return 0
     preset = SHORT if args.short else DEFAULTS
-    posteriors = _split(args.posteriors)
+    posteriors = split_names(args.posteriors) or None  # None: every posterior
     if posteriors is None and args.short:
         posteriors = [p for p in SHORT_POSTERIORS if p in pdb.discover()]
     frame = run_real_posteriors(
         posteriors,
-        _split(args.samplers) or list(DEFAULT_SAMPLERS),
+        split_names(args.samplers) or list(DEFAULT_SAMPLERS),
         draws=args.draws or preset["draws"],
         tune=args.tune if args.tune is not None else preset["tune"],
         chains=args.chains or preset["chains"],

@@ -34,13 +34,10 @@ from benchmarks.harness import (  # noqa: E402
     SMOKE,
     available_samplers,
     run_benchmark,
+    split_names,
 )
 
 SMOKE_MODELS = "banana,narrow_gaussian"
-
-
-def _split(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -92,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(args, key)
         if value is not None:
             preset[key] = value
-    models = _split(args.models or (SMOKE_MODELS if args.smoke else "logistic,banana"))
+    models = split_names(args.models or (SMOKE_MODELS if args.smoke else "logistic,banana"))
     frame = run_benchmark(
         models,
-        _split(args.samplers),
+        split_names(args.samplers),
         seed=args.seed,
         out_dir=args.out,
         tag=args.tag,
