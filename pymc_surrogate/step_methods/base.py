@@ -62,7 +62,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, Ar
 
     def __init__(
         self, vars=None, *, target_accept: float = 0.8, path_length: float = 2.8,
-        dense_mass: bool | str = False, explore_steps: int | str = "auto",
+        dense_mass: bool | str = "auto", explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0, tail_jumps: float | str = "auto",
         use_gradient: bool | None = None, model=None, blocked: bool = True, rng=None,
         initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,

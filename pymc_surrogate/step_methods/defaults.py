@@ -27,6 +27,10 @@ class Tuning:
     start_at_mode: bool = True
     #: Bound of that climb: a funnel's unbounded density cannot send it far.
     mode_iterations: int = 50
+    #: Then at most this many Newton steps with a finite-difference Hessian ...
+    newton_steps: int = 3
+    #: ... which costs d + 1 gradient evaluations: skipped above this dimension.
+    max_hessian_dim: int = 200
     # --- the stall fallback (exploration.py, refit.py)
     #: Surrogate steps over which a stall is judged (black-box PDE: acceptance 0 for the
     #: rest of tuning after a poor early fit).

@@ -55,7 +55,7 @@ class ExploreState:
     recent_moves: deque = field(default_factory=deque)  # accepted flags, last surrogate steps
     paused: bool = False  # tune: surrogate stuck, exploring until the next fit
     probability: float = 0.0  # draws: share of exploration steps (stuck surrogate)
-    probe: Any = None  # black box: a Laplace approximation from the values (surrogates/laplace.py)
+    probe: Any = None  # a Laplace approximation from values or gradients (surrogates/laplace.py)
     probe_size: int = 0  # training-set size at the last probe fit
     probe_draws: np.ndarray | None = None  # its draws: the DE history while it exists
 

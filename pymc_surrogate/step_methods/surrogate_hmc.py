@@ -34,9 +34,10 @@ class SurrogateHMC(SurrogateStep):
         Tuning iterations before the first fit (60 with gradients, ``max(300, 30 d)``).
     tail_jumps : "auto" or float
         Share of draws that are independence Cauchy proposals; "auto" checks the tails.
-    dense_mass : bool or "auto"
+    dense_mass : bool or "auto", default "auto"
         Dense mass matrix for the surrogate trajectories; "auto": dense when the
-        surrogate's own draws and the chain's tuning states are strongly correlated.
+        surrogate's own draws and the chain's tuning states are strongly correlated
+        (their correlation matrices far worse conditioned than sampling noise makes them).
     max_energy_error, use_gradient, model, rng
         Divergence threshold; ``False`` treats the model as a black box.
 

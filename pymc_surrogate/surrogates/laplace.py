@@ -16,7 +16,7 @@ import numpy as np
 from pymc_surrogate.surrogates.features import PolynomialFeatures, polynomial_size
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["Gaussian", "laplace_from_values"]
+__all__ = ["Gaussian", "laplace_at", "laplace_from_values"]
 
 #: Points per quadratic coefficient: the fit uses the lowest potentials up to this many.
 POINTS_PER_COEFFICIENT = 3.0
@@ -96,13 +96,50 @@ def laplace_from_values(positions: np.ndarray, potentials: np.ndarray) -> Gaussi
     if not np.all(np.isfinite(coef)):
         return None
     hessian = polynomial.quadratic_matrix(coef)
+    return _gaussian(hessian, coef[1 : 1 + dim], whitening, level)
+
+
+def laplace_at(q: np.ndarray, grad: np.ndarray, hessian: np.ndarray) -> Gaussian | None:
+    """``N(q - A^-1 g, A^-1)``: the Gaussian of the quadratic with gradient ``g`` and Hessian
+    ``A`` at ``q`` (a Newton step and its local covariance).
+
+    Computed in Jacobi-scaled coordinates (unit diagonal curvature), where the trusted
+    curvature floor is relative: raw curvatures of a regression on an uncentred covariate
+    span 1e-3 to 1e9, and a floor relative to the largest raw one would erase the ridge.
+
+    Parameters
+    ----------
+    q, grad : ndarray of shape (d,)
+        A point and ``grad U`` there.
+    hessian : ndarray of shape (d, d)
+        ``U``'s Hessian at ``q`` (symmetrised here), e.g. by finite differences.
+
+    Returns
+    -------
+    Gaussian or None
+        None when the Hessian is not finite or has no positive diagonal.
+    """
+    q, grad = np.asarray(q, dtype=np.float64), np.asarray(grad, dtype=np.float64)
+    hessian = 0.5 * (hessian + hessian.T)
+    diagonal = np.diag(hessian)
+    if not (np.all(np.isfinite(hessian)) and np.all(np.isfinite(grad)) and np.all(diagonal > 0)):
+        return None
+    scale = 1.0 / np.sqrt(diagonal)
+    # x = (q' - q) / scale: U(x) = (scale * g).x + x^T (scale A scale) x / 2
+    return _gaussian(hessian * np.outer(scale, scale), scale * grad, Whitening(q, scale), "full")
+
+
+def _gaussian(hessian: np.ndarray, linear: np.ndarray, whitening: Whitening,
+              level: str) -> Gaussian | None:
+    """``N(-A^-1 b, A^-1)`` for ``U(x) = b.x + x^T A x / 2`` in ``whitening``'s
+    coordinates, mapped back; curvatures below the trusted floor are raised to it."""
     vals, vecs = np.linalg.eigh(hessian)
     if not np.all(np.isfinite(vals)) or vals.max() <= 0:
         return None
     trusted = vals[vals > RELATIVE_CURVATURE_FLOOR * vals.max()]
     vals = np.maximum(vals, trusted.min())
     cov_white = (vecs / vals) @ vecs.T
-    mode_white = -cov_white @ coef[1 : 1 + dim]
+    mode_white = -cov_white @ linear
     chol = whitening.chol if whitening.dense else np.diag(whitening.chol)
     cov = chol @ cov_white @ chol.T
     cov = 0.5 * (cov + cov.T)

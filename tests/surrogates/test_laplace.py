@@ -79,3 +79,24 @@ def test_high_dimension_falls_back_to_a_diagonal_quadratic():
     gaussian = laplace_from_values(points, 0.5 * np.sum((points / scales) ** 2, axis=1))
     assert gaussian.quadratic == "diagonal"
     assert np.all(np.linalg.eigvalsh(gaussian.cov) > 0)
+
+
+
+def test_newton_step_and_covariance_of_a_ridge():
+    """``laplace_at`` on a regression-like ridge (curvatures 1e-3 to 1e9, correlation
+    -0.99999999): one Newton step from far along the ridge lands on the mode, and the
+    covariance is the inverse Hessian, its narrowest and widest sds both right."""
+    from pymc_surrogate.surrogates.laplace import laplace_at
+
+    x = np.arange(3952.0, 4014.0)
+    design = np.column_stack([np.ones_like(x), x])
+    precision = design.T @ design + np.diag([1e-4, 900.0])
+    mode = np.array([-60.0, 0.0176])
+    start = np.array([9.3, 0.0])
+    gaussian = laplace_at(start, precision @ (start - mode), precision)
+    cov = np.linalg.inv(precision)
+    chol = np.linalg.cholesky(cov)
+    assert np.max(np.abs(np.linalg.solve(chol, gaussian.mean - mode))) < 1e-3
+    whitened = np.linalg.solve(chol, np.linalg.solve(chol, gaussian.cov).T)
+    np.testing.assert_allclose(np.linalg.eigvalsh(whitened), 1.0, atol=1e-3)
+    assert laplace_at(start, np.zeros(2), -precision) is None
