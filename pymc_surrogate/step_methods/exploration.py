@@ -8,8 +8,11 @@ chain whose surrogate stalled (a mixture of two exact kernels).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.optimize
+from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 
 from pymc_surrogate.core.transitions import (
     differential_evolution_transition,
@@ -17,8 +20,6 @@ from pymc_surrogate.core.transitions import (
 )
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.state import ChainState
-from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
-
 from pymc_surrogate.surrogates.laplace import laplace_at, laplace_from_values
 
 __all__ = ["Exploration"]
@@ -164,8 +165,10 @@ class Exploration:
                 break
             current = candidate
         chain.explore.probe = probe
-        chain.metric = QuadPotentialFullAdapt(
-            self.dim, current.q.copy(), probe.cov, 10, rng=self.rng.spawn(1)[0])
+        with warnings.catch_warnings():  # "experimental": it is PyMC's dense NUTS metric
+            warnings.filterwarnings("ignore", "QuadPotentialFullAdapt", UserWarning)
+            chain.metric = QuadPotentialFullAdapt(
+                self.dim, current.q.copy(), probe.cov, 10, rng=self.rng.spawn(1)[0])
         return current
 
     def _explore_history(self, chain: ChainState) -> np.ndarray:
