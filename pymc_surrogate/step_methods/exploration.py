@@ -154,7 +154,8 @@ class Exploration:
             return current
         gradient = lambda q: self._evaluate(chain, q, with_grad=True).grad  # noqa: E731
         step = 1e-6 * np.maximum(1.0, np.abs(current.q))
-        hessian = scipy.optimize.approx_fprime(current.q, gradient, step)
+        # (scipy squeezes the Jacobian of a 1-d gradient to shape (1,))
+        hessian = scipy.optimize.approx_fprime(current.q, gradient, step).reshape(self.dim, self.dim)
         probe = laplace_at(current.q, current.grad, hessian)
         if probe is None:
             return current

@@ -120,6 +120,10 @@ def laplace_at(q: np.ndarray, grad: np.ndarray, hessian: np.ndarray) -> Gaussian
         None when the Hessian is not finite or has no positive diagonal.
     """
     q, grad = np.asarray(q, dtype=np.float64), np.asarray(grad, dtype=np.float64)
+    hessian = np.asarray(hessian, dtype=np.float64)
+    if q.ndim != 1 or grad.shape != q.shape or hessian.shape != 2 * q.shape:
+        raise ValueError(f"laplace_at needs q and grad of shape (d,) and a (d, d) Hessian; "
+                         f"got {q.shape}, {grad.shape}, {hessian.shape}.")
     hessian = 0.5 * (hessian + hessian.T)
     diagonal = np.diag(hessian)
     if not (np.all(np.isfinite(hessian)) and np.all(np.isfinite(grad)) and np.all(diagonal > 0)):

@@ -42,6 +42,37 @@ def test_ill_conditioned_inverse_problem_right(step, condition, gradient):
     assert not warning_messages(caught, "heavy tails"), "heavy-tail message on a Gaussian"
 
 
+def ridge_regression(seed: int = 5):
+    """posteriordb's kilpisjarvi with its noise sd known: ``y = a + b x + N(0, 1.1^2)``, ``x``
+    the year shifted to 3952-4013, ``a ~ N(9.3, 100^2)``, ``b ~ N(0, 0.0333^2)``; an exact
+    Gaussian posterior with intercept-slope correlation -0.9999 (sds 30 and 0.0075)."""
+    rng = np.random.default_rng(seed)
+    x = np.arange(3952.0, 4014.0)
+    sigma, prior_mean, prior_sd = 1.1, np.array([9.3, 0.0]), np.array([100.0, 1 / 30])
+    design = np.column_stack([np.ones_like(x), x])
+    y = design @ np.array([-60.0, 0.0176]) + sigma * rng.standard_normal(len(x))
+    precision = design.T @ design / sigma**2 + np.diag(prior_sd**-2.0)
+    cov = np.linalg.inv(precision)
+    mean = cov @ (design.T @ y / sigma**2 + prior_mean / prior_sd**2)
+    return x, y, sigma, prior_mean, prior_sd, mean, cov
+
+
+def test_ridge_regression_right(step):
+    """A gradient model on a ridge: before, the L-BFGS climb stopped 2.3 sds along it and
+    every run was wrong (sd 0.1-0.2 of the posterior's, |z| up to 366, with a dense mass
+    matrix too)."""
+    import pymc as pm
+
+    x, y, sigma, prior_mean, prior_sd, mean, cov = ridge_regression()
+    with pm.Model(), recorded_warnings() as caught:
+        coef = pm.Normal("coef", prior_mean, prior_sd, shape=2)
+        pm.Normal("y", coef[0] + coef[1] * x, sigma, observed=y)
+        idata = sample(step(), tune=1000, draws=1000)
+    assert_healthy(idata)
+    assert_gaussian(idata, "coef", mean, cov)
+    assert not warning_messages(caught, "chain"), warning_messages(caught, "chain")
+
+
 @pytest.mark.parametrize("dim", [2, pytest.param(10, marks=pytest.mark.slow)])
 def test_funnel_right_or_loud(step, dim):
     """Neal's funnel (black box): the log-scale ``v`` is N(0, 3^2); a run whose ``v`` is
