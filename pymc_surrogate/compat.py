@@ -21,6 +21,7 @@ __all__ = [
     "PYTENSOR_PULLBACK",
     "VJPOp",
     "bfmi",
+    "bulk_ess",
     "concat_chains",
     "posterior_dataset",
 ]
@@ -87,3 +88,15 @@ def bfmi(idata: Any) -> np.ndarray:
     if isinstance(value, _DATATREE):  # ArviZ 1: the sample_stats node, one value per chain
         value = value["energy"]
     return np.asarray(value, dtype=float)
+
+
+def bulk_ess(values: Any) -> float:
+    """ArviZ's bulk ESS of one chain's 1-d trace (0 for a constant or non-finite one).
+
+    ArviZ 0.x takes an ``(chain, draw)`` array; ArviZ 1 also takes more axes, so only
+    this form is common to both.
+    """
+    trace = np.asarray(values, dtype=np.float64)[None, :]
+    if not np.all(np.isfinite(trace)) or np.ptp(trace) == 0:
+        return 0.0
+    return float(np.asarray(az.ess(trace, method="bulk")))

@@ -58,6 +58,9 @@ class Tuning:
     #: evaluations only (20-d linear inverse problem, condition number 1e8: min ESS
     #: 84 -> ? of 300 draws with a second round).
     metric_rounds: int = 2
+    #: A round's surrogate draws set the metric only if every coordinate's bulk ESS is at
+    #: least this (of max(200, 4 d) draws); else the chain's own scale is kept.
+    min_metric_sample_ess: float = 20.0
     # --- Hamiltonian correction's path length (corrections.py)
     #: True acceptance the path length adapts toward.
     path_target: float = 0.65

@@ -12,10 +12,10 @@ chain cannot see the others.
 
 from __future__ import annotations
 
-import arviz as az
 import numpy as np
 from pymc.stats.convergence import WarningType
 
+from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.core.types import TransitionInfo
 from pymc_surrogate.step_methods.state import ChainState
 
@@ -99,7 +99,7 @@ class ChainHealth:
             # (the logp varies) while a wide one stays frozen (a regression on an
             # uncentred covariate: sd 0.01 of the reference, nothing said)
             traces = np.column_stack([record.potentials, np.array(record.positions)])
-            ess = min(_bulk_ess(trace) for trace in traces.T)
+            ess = min(bulk_ess(trace) for trace in traces.T)
             if ess < MIN_CHAIN_ESS:
                 self._tell(
                     chain, "low_ess",
@@ -121,10 +121,3 @@ class ChainHealth:
             return "NUTS (pm.sample() without `step`)"
         return "pm.DEMetropolisZ or pm.Slice"
 
-
-def _bulk_ess(values: list) -> float:
-    """ArviZ's bulk ESS of one chain's trace (0 for a constant or non-finite one)."""
-    trace = np.asarray(values, dtype=np.float64)[None, :]
-    if not np.all(np.isfinite(trace)) or np.ptp(trace) == 0:
-        return 0.0
-    return float(np.asarray(az.ess(trace, method="bulk")))
