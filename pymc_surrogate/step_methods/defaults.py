@@ -54,6 +54,10 @@ class Tuning:
     #: ``dense_mass="auto"``: dense when the surrogate draws' correlation matrix is this
     #: many times worse conditioned than sampling noise alone would make it.
     dense_correlation_margin: float = 3.0
+    #: ... and the first metric after a fit is dense when the states are so and the
+    #: exploration's Laplace probe's correlation matrix is conditioned beyond this
+    #: (kilpisjarvi's ridge: about 1e5).
+    dense_scale_margin: float = 100.0
     #: Rounds of (surrogate draws -> mass matrix) after a fit; each costs surrogate
     #: evaluations only (20-d linear inverse problem, condition number 1e8: min ESS
     #: 84 -> ? of 300 draws with a second round).

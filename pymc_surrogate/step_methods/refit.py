@@ -341,13 +341,25 @@ class Refits:
     def _dense_chain_scale(self, chain: ChainState) -> bool:
         """Whether the mass matrix the surrogate is first sampled with is dense.
 
-        ``"auto"``: when the chain's late tuning states are strongly correlated. The
-        surrogate's draws that set the final mass matrix (``_adapt_to_surrogate``) are
-        only as good as the metric they were made with: with a diagonal one on a ridge
-        (intercept-slope correlation -0.9999) two rounds recovered a sd of 13 of 30.
+        ``"auto"``: when the chain's late tuning states are strongly correlated *and* so
+        is the Laplace probe of the exploration (a Newton-Hessian or value-regression
+        Gaussian, ``exploration.py``; correlation matrix conditioned beyond
+        ``Tuning.dense_scale_margin``). The surrogate's draws that set the final mass
+        matrix (``_adapt_to_surrogate``) are only as good as the metric they were made
+        with: with a diagonal one on a ridge (intercept-slope correlation -0.9999, probe
+        condition ~1e5) two rounds recovered a sd of 13 of 30. States alone mislead: a
+        banana chain that stalled on a line had states conditioned 346, and a dense start
+        left it at bulk ESS 8 of 12000.
         """
         if self.dense_mass != "auto":
             return bool(self.dense_mass)
+        probe = chain.explore.probe
+        if probe is None:
+            return False
+        scale = np.sqrt(np.diag(probe.cov))
+        eigs = np.linalg.eigvalsh(probe.cov / np.outer(scale, scale))
+        if not eigs.min() * self.tuning.dense_scale_margin < eigs.max():
+            return False
         states = self._late_tuning_states(chain)[0]
         return _strongly_correlated(states, self.tuning.dense_correlation_margin)
 
