@@ -35,6 +35,8 @@ from benchmarks.real_posteriors import (
 )
 
 POSTERIORS = pdb.posterior_names()
+#: Parameters whose mean has no MCSE (infinite posterior variance).
+NO_YARDSTICK = {"one_comp_mm_elim_abs-one_comp_mm_elim_abs": ("K_m", "V_m")}
 
 
 def test_every_module_imports():
@@ -153,8 +155,17 @@ def test_short_form_command(tmp_path):
     frame = pd.read_csv(tmp_path / "short.csv")
     ours = frame[frame["sampler"].isin(list(STEP_METHODS))]
     assert len(ours) == len(SHORT_POSTERIORS) * 2
-    silent = ours[(ours["max_abs_z"] > Z_LIMIT) & (ours["n_warnings"] == 0)]
-    assert silent.empty, silent[["posterior", "sampler", "max_abs_z", "z_at"]].to_string()
+    told = ours.set_index(["posterior", "sampler"])["n_warnings"] > 0
+    params = pd.read_csv(tmp_path / "short_parameters.csv")
+    params = params[params["sampler"].isin(list(STEP_METHODS))]
+    # one_comp's K_m and V_m have infinite posterior variance (VALIDATION.md): a z-score
+    # of their means has no yardstick (posteriordb's own long runs: |z| up to 6.4)
+    measurable = [name not in NO_YARDSTICK.get(post, ())
+                  for post, name in zip(params["posterior"], params["parameter"])]
+    params = params[measurable]
+    wrong = params[params["z"].abs() > Z_LIMIT]
+    silent = [key for key in zip(wrong["posterior"], wrong["sampler"]) if not told[key]]
+    assert not silent, wrong.to_string()
 
 
 def test_ode_op_is_a_black_box():
