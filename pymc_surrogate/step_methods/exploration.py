@@ -156,15 +156,17 @@ class Exploration:
         step = 1e-6 * np.maximum(1.0, np.abs(current.q))
         # (scipy squeezes the Jacobian of a 1-d gradient to shape (1,))
         hessian = scipy.optimize.approx_fprime(current.q, gradient, step).reshape(self.dim, self.dim)
-        probe = laplace_at(current.q, current.grad, hessian)
-        if probe is None:
-            return current
+        probe = newton = laplace_at(current.q, current.grad, hessian)
         for _ in range(self.tuning.newton_steps):
-            newton = laplace_at(current.q, current.grad, hessian)
+            if newton is None:
+                break
             candidate = self._evaluate(chain, newton.mean, with_grad=True)
             if not candidate.potential < current.potential:
                 break
             current = candidate
+            newton = laplace_at(current.q, current.grad, hessian)
+        if probe is None:
+            return current
         chain.explore.probe = probe
         with warnings.catch_warnings():  # "experimental": it is PyMC's dense NUTS metric
             warnings.filterwarnings("ignore", "QuadPotentialFullAdapt", UserWarning)
