@@ -9,6 +9,7 @@ from pymc_surrogate.step_methods import (
     ModelEvaluationError,
     SurrogateHMC,
     SurrogateStep,
+    VariationalHMC,
 )
 
 __version__ = "0.1.0"
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 STEP_METHODS: dict[str, type[SurrogateStep]] = {
     "SurrogateHMC": SurrogateHMC,
     "AdaptiveSurrogateHMC": AdaptiveSurrogateHMC,
+    "VariationalHMC": VariationalHMC,
 }
 
-__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]
+__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]

@@ -75,7 +75,8 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, Ar
         check_settings(owner, kwargs, target_accept, path_length, max_energy_error,
                        tail_jumps, explore_steps, dense_mass)
         self._model = model
-        self.functions = ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs)
+        self.functions = self._model_functions(model, vars, initial_point, use_gradient,
+                                               compile_kwargs)
         layout = [(v.name, np.shape(initial_point[v.name])) for v in vars]
         self.evaluator = Evaluator(self.functions, layout, owner)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
@@ -91,6 +92,10 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, Ar
         super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
         self.context = BlockContext(self.functions.shared, self.dim, owner)
         self.chain = self._new_chain()
+
+    def _model_functions(self, model, vars, initial_point, use_gradient, compile_kwargs):
+        """The compiled true model (a subclass may ask for finite-difference gradients)."""
+        return ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs)
 
     @property
     def has_gradient(self) -> bool:

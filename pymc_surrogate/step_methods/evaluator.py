@@ -44,6 +44,7 @@ class Evaluator:
             if with_grad:
                 logp, grad = self.functions.logp_and_grad(q)
                 chain.counts.grad_evals += 1
+                chain.counts.logp_evals += self.functions.extra_logp_per_gradient
                 potential, grad_u = -logp, -grad
             else:
                 logp = self.functions.logp(q)

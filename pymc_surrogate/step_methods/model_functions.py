@@ -17,6 +17,11 @@ class ModelEvaluationError(RuntimeError):
     """The model's logp raised; the message names the sampler iteration and the cause."""
 
 
+#: Relative step of central differences: the cube root of float64's machine epsilon
+#: balances truncation (h^2) against rounding (eps / h).
+FINITE_DIFFERENCE_STEP = 6e-6
+
+
 class ModelFunctions:
     """Compiled ``logp(q)`` and, where the model has one, ``logp_and_grad(q)``.
 
@@ -33,9 +38,13 @@ class ModelFunctions:
         ``None`` detects whether PyTensor can differentiate the logp; ``False`` treats the
         model as a black box even if it could.
     compile_kwargs : dict, optional
+    finite_difference : bool
+        A model without a symbolic gradient gets one by central differences: ``2 d`` more
+        logp evaluations per gradient (``extra_logp_per_gradient``, counted by the caller).
     """
 
-    def __init__(self, model, vars, initial_point, use_gradient=None, compile_kwargs=None):
+    def __init__(self, model, vars, initial_point, use_gradient=None, compile_kwargs=None,
+                 finite_difference=False):
         compile_kwargs = dict(compile_kwargs or {})
         self.shared = make_shared_replacements(initial_point, vars, model)
         [logp], joined = join_nonshared_inputs(initial_point, [model.logp()], vars, self.shared)
@@ -65,6 +74,13 @@ class ModelFunctions:
                 self._logp_and_grad = compile_pymc([joined], [logp, grad], **compile_kwargs)
                 self._logp_and_grad.trust_input = True
                 self.has_gradient = True
+        #: logp evaluations a gradient costs beyond its own (central differences: 2 d)
+        self.extra_logp_per_gradient = 0
+        self.finite_difference = bool(finite_difference and not self.has_gradient
+                                      and use_gradient is not False)
+        if self.finite_difference:
+            self.has_gradient = True
+            self.extra_logp_per_gradient = 2 * int(sum(np.size(initial_point[v.name]) for v in vars))
 
     @staticmethod
     def _try_gradient(logp, joined):
@@ -100,5 +116,22 @@ class ModelFunctions:
         return float(self._logp(np.asarray(q, dtype=self.dtype)))
 
     def logp_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
+        if self.finite_difference:
+            return self._central_differences(q)
         logp, grad = self._logp_and_grad(np.asarray(q, dtype=self.dtype))
         return float(logp), np.asarray(grad, dtype=np.float64)
+
+    def _central_differences(self, q: np.ndarray) -> tuple[float, np.ndarray]:
+        """``logp`` and its gradient by central differences (2 d + 1 evaluations).
+
+        scipy's ``approx_fprime`` differences forward only (error O(h), not O(h^2))."""
+        q = np.asarray(q, dtype=np.float64)
+        steps = FINITE_DIFFERENCE_STEP * np.maximum(1.0, np.abs(q))
+        grad = np.empty(q.size)
+        for i, h in enumerate(steps):
+            shifted = q.copy()
+            shifted[i] = q[i] + h
+            upper = self.logp(shifted)
+            shifted[i] = q[i] - h
+            grad[i] = (upper - self.logp(shifted)) / (2.0 * h)
+        return self.logp(q), grad

@@ -20,7 +20,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "HealthRecord", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "OnlineState", "HealthRecord", "SurrogateStepState"]
 
 
 @dataclass
@@ -70,6 +70,16 @@ class TailState:
 
 
 @dataclass
+class OnlineState:
+    """Online learning of VariationalHMC (variational_hmc.py)."""
+
+    stopped: bool = False  # the stopping time t0 has passed: the surrogate is fixed
+    score_error: float = np.nan  # running relative score error of points before learning them
+    updates: int = 0  # gradients learnt online
+    laplace_fallback: bool = False  # the Laplace term is the tuning covariance (told once)
+
+
+@dataclass
 class HealthRecord:
     """What the draws have shown so far (health.py)."""
 
@@ -107,6 +117,7 @@ class ChainState:
     explore: ExploreState = field(default_factory=ExploreState)
     tails: TailState = field(default_factory=TailState)
     health: HealthRecord = field(default_factory=HealthRecord)
+    online: OnlineState = field(default_factory=OnlineState)
     # Warnings for the next draws' `warning` stat: PyMC logs that stat in the parent process
     # with any `cores`, where a warnings.warn in a worker process would be lost.
     pending_warnings: deque = field(default_factory=deque)

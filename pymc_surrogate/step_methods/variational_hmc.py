@@ -1,0 +1,305 @@
+"""VariationalHMC: a score-matching surrogate that learns online (vhmc §3.2-3.4, Algorithm 2)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from pymc.stats.convergence import WarningType
+
+from pymc_surrogate.core.metropolis import hamiltonian
+from pymc_surrogate.core.transitions import hmc_move
+from pymc_surrogate.core.types import ChainPoint, TransitionInfo
+from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.base import SurrogateStep
+from pymc_surrogate.step_methods.corrections import CORRECTIONS
+from pymc_surrogate.step_methods.model_functions import ModelFunctions
+from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.step_methods.training import TrainingPolicy
+from pymc_surrogate.surrogates.score_network import LaplaceTerm, ScoreNetworkSurrogate
+from pymc_surrogate.surrogates.whitening import Whitening
+
+__all__ = ["VariationalHMC"]
+
+#: Weight of the newest point in the running score error (about the last 20 points).
+SCORE_ERROR_SMOOTHING = 0.05
+GRADIENTS = ("model", "finite_difference")
+
+
+class VariationalHMC(SurrogateStep):
+    r"""HMC on a random network fitted by score matching, learning online (VHMC).
+
+    The surrogate learns from the gradients of the potential at every point the chain
+    evaluates, not from values: its output weights are the regularised score-matching
+    fit, updated online one gradient at a time (vhmc Proposition 1, equal to the batch
+    fit), and a Laplace approximation at the mode is blended in while the data are few.
+    Learning stops at the stopping time ``t0`` (the end of tuning by default); the draws
+    then run on the fixed surrogate and, by default, are corrected with the true logp.
+
+    Parameters
+    ----------
+    vars : list of continuous variables, optional (default: all of the model's)
+    exact : bool
+        ``True`` (default): every draw is accepted with the true model logp (one model
+        evaluation a draw); the chain targets the exact posterior. ``False``: the paper's
+        free-form variational mode: the draws are HMC on the surrogate alone, with no
+        model evaluation; they follow the surrogate, not the model (a warning, and the
+        stat ``approximate``).
+    gradient : {"model", "finite_difference"}
+        Where the training gradients come from. A model without a symbolic gradient
+        raises unless ``"finite_difference"`` (central differences: ``2 d`` more logp
+        evaluations per training point, counted in ``model_evals``).
+    n_hidden : int or "auto"
+        Random softplus nodes ``s``.
+    alpha : float
+        Ridge penalty ``lambda`` of the node weights (relative to the mean squared column).
+    tau : float or "auto"
+        Laplace blend ``mu_t = 1 - exp(-t / tau)``, ``t`` the gradients learnt.
+    t0 : "tune" or int
+        Stopping time: learning stops after this many tuning iterations (or when tuning
+        ends, whichever is first).
+    stop_error : float, optional
+        Stop learning earlier, once the running relative score error of new points,
+        measured before they are learnt, falls below this (e.g. 0.01).
+    correction, n_inner, quadratic, max_hidden
+        As ``SurrogateHMC`` (the correction and its inner transitions); the surrogate's
+        quadratic base and bound on its nodes (``ScoreNetworkSurrogate``).
+    **kwargs
+        Everything ``SurrogateHMC`` takes: ``target_accept``, ``path_length``,
+        ``dense_mass``, ``explore_steps``, ``max_energy_error``, ``model``, ``rng``.
+
+    Notes
+    -----
+    vhmc §3.2-3.4, Algorithm 2, Proposition 1. The Laplace mode and Hessian are the
+    L-BFGS climb's end after Newton steps with a finite-difference Hessian of the model's
+    gradient (``exploration.py``); if that fails, the tuning states' mean and covariance
+    (one warning). The network has a quadratic base in whitened coordinates beside the
+    paper's nodes (``docs/design.md``). Stats beyond ``SurrogateHMC``'s: ``approximate``,
+    ``learning``, ``score_error``, ``laplace_weight``.
+
+    References
+    ----------
+    .. [1] Zhang, Shahbaba & Zhao (2017), "Variational Hamiltonian Monte Carlo via score
+       matching", *Bayesian Analysis* 13.
+    .. [2] Hyvärinen (2005), "Estimation of non-normalized statistical models by score
+       matching", *JMLR* 6.
+
+    Examples
+    --------
+    >>> idata = pm.sample(step=VariationalHMC(), tune=1000)  # inside a model context
+    """
+
+    name = "variational_hmc"
+    policy = TrainingPolicy(refit="online", learn_in_draws=False)
+    stats_dtypes_shapes = {
+        **_stats.STATS,
+        "approximate": (bool, []),
+        "learning": (bool, []),
+        "score_error": (np.float64, []),
+        "laplace_weight": (np.float64, []),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        exact: bool = True,
+        gradient: str = "model",
+        n_hidden: int | str = "auto",
+        alpha: float = 1e-4,
+        tau: float | str = "auto",
+        t0: int | str = "tune",
+        stop_error: float | None = None,
+        correction: str = "surrogate_transition",
+        n_inner: int = 1,
+        quadratic: str = "auto",
+        max_hidden: int = 500,
+        **kwargs,
+    ):
+        if not isinstance(exact, bool | np.bool_):
+            raise ValueError(f"exact must be True or False; got {exact!r}.")
+        if gradient not in GRADIENTS:
+            raise ValueError(f"gradient must be one of {GRADIENTS}; got {gradient!r}.")
+        if correction not in CORRECTIONS:
+            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
+        if not isinstance(n_inner, int | np.integer) or n_inner < 1:
+            raise ValueError(f"n_inner must be a positive integer; got {n_inner!r}.")
+        if t0 != "tune" and (not isinstance(t0, int | np.integer) or t0 < 1):
+            raise ValueError(f"t0 must be 'tune' or a positive number of tuning iterations; got {t0!r}.")
+        if stop_error is not None and not (np.isscalar(stop_error) and 0 < stop_error < 1):
+            raise ValueError(f"stop_error must be None or lie in (0, 1); got {stop_error!r}.")
+        self.exact = bool(exact)
+        self.gradient = gradient
+        self.correction = correction
+        self.n_inner = int(n_inner)
+        self.t0 = t0
+        self.stop_error = stop_error
+        self._surrogate_settings = dict(n_hidden=n_hidden, alpha=alpha, tau=tau,
+                                        quadratic=quadratic, max_hidden=max_hidden)
+        ScoreNetworkSurrogate(**self._surrogate_settings)  # validates them now
+        if not self.exact:
+            # every draw is a surrogate move: no model evaluation a tail jump could use
+            kwargs["tail_jumps"] = 0
+        super().__init__(vars, **kwargs)
+        if not self.has_gradient:
+            raise ValueError(
+                "VariationalHMC learns from the gradient of the model's logp, and this model "
+                "has none PyTensor can compute (an Op without a gradient, or "
+                "use_gradient=False). Sample it with the gradient-free SurrogateHMC or "
+                "AdaptiveSurrogateHMC, or pass gradient='finite_difference' (central "
+                f"differences: {2 * self.dim} more logp evaluations per training point)."
+            )
+        if not self.exact:
+            warnings.warn(
+                "VariationalHMC(exact=False): after tuning, the draws are HMC on the "
+                "surrogate alone, with no model evaluation; they follow the surrogate, not "
+                "the model, and are only as good as its fit (stat `approximate`). Use "
+                "exact=True for draws of the exact posterior.",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def _model_functions(self, model, vars, initial_point, use_gradient, compile_kwargs):
+        return ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs,
+                              finite_difference=self.gradient == "finite_difference")
+
+    # ------------------------------------------------------------ the surrogate
+    def _make_surrogate(self, whitening: Whitening, random_state, **settings):
+        return ScoreNetworkSurrogate(
+            **{**self._surrogate_settings, **settings}, laplace=self._laplace(self.chain),
+            whitening=whitening, random_state=random_state,
+        )
+
+    def _laplace(self, chain: ChainState) -> LaplaceTerm | None:
+        """The mode and Hessian of the Laplace regulariser (vhmc §3.4).
+
+        The exploration's Newton probe (mode and inverse finite-difference Hessian), or,
+        when it failed or is not positive definite, the tuning states' mean and covariance.
+        """
+        probe = chain.explore.probe
+        if probe is not None:
+            try:
+                precision = np.linalg.inv(np.linalg.cholesky(probe.cov))
+                precision = precision.T @ precision
+                if np.all(np.isfinite(precision)):
+                    return LaplaceTerm(np.asarray(probe.mean, dtype=np.float64), precision)
+            except np.linalg.LinAlgError:
+                pass
+        scale = chain.whitening
+        if scale is None:
+            return None
+        if not chain.online.laplace_fallback:
+            chain.online.laplace_fallback = True
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                "the mode and Hessian for the Laplace regulariser were not found (the climb "
+                "to the mode failed, or its Hessian is not positive definite); the tuning "
+                "states' mean and covariance stand in for them. The draws stay exact.",
+            )
+        inv_chol = Whitening(scale.mean[: self.dim], scale.chol[: self.dim, : self.dim]
+                             if scale.dense else scale.chol[: self.dim]).inverse_chol()
+        return LaplaceTerm(scale.mean[: self.dim].copy(), inv_chol.T @ inv_chol)
+
+    # ---------------------------------------------------------- online learning
+    def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
+        learner = chain.learner
+        if learner is None or chain.online.stopped or point.grad is None:
+            return
+        lowest = float(np.min(chain.training.potentials))
+        if point.potential > lowest + self.policy.energy_window(self.dim):
+            return
+        weight = self.policy.weights(point.potential, chain.fits.weight_reference, self.dim)
+        position = self.context.join(point.q)[None]
+        try:
+            # prequential: the error on a point not learnt yet is a held-out error
+            error = learner.score_error(position, point.grad[None])
+            online = chain.online
+            online.score_error = error if np.isnan(online.score_error) else (
+                (1 - SCORE_ERROR_SMOOTHING) * online.score_error + SCORE_ERROR_SMOOTHING * error)
+            learner.partial_fit(position, gradients=point.grad[None],
+                                sample_weight=np.array([weight]))
+            if not learner.is_finite_:
+                raise FloatingPointError("the updated weights are not finite")
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
+            chain.learner = None
+            chain.counts.failed_fits += 1
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                f"an online update of the surrogate failed numerically ({err}); keeping the "
+                "last good surrogate until the next fit (stat `failed_fits`).",
+                level="info" if self.tune else "warn",
+            )
+            return
+        chain.online.updates += 1
+
+    def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
+        """In tuning, the trajectories switch to the weights learnt so far (Algorithm 2),
+        until the stopping time."""
+        if chain.frozen or chain.online.stopped or chain.surrogate is None:
+            return
+        if chain.learner is not None:
+            chain.surrogate = chain.learner.snapshot()
+        stop_at = self.t0 if self.t0 != "tune" else np.inf
+        converged = (
+            self.stop_error is not None
+            and chain.online.updates >= 20
+            and chain.online.score_error < self.stop_error
+        )
+        if chain.iteration + 1 >= stop_at or converged:
+            chain.online.stopped = True
+            chain.learner = None
+
+    def _refit(self, chain: ChainState) -> None:
+        """Batch refits (new whitening and nodes, all the data) until the stopping time."""
+        if chain.online.stopped and chain.surrogate is not None:
+            return
+        super()._refit(chain)
+
+    # ------------------------------------------------- the free-form variational mode
+    def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
+        if self.exact or not chain.frozen or chain.surrogate is None:
+            return super()._current_point(chain, q)
+        if chain.current is not None and chain.current_key == self.evaluator.key(q):
+            return chain.current
+        return ChainPoint(q, self._surrogate_field(chain)(q)[0], None)
+
+    def _surrogate_step(self, chain: ChainState, current: ChainPoint,
+                        record: bool = True) -> TransitionInfo:
+        if self.exact or not chain.frozen:
+            return super()._surrogate_step(chain, current, record)
+        # vhmc Algorithm 2 after t0: Metropolis with the surrogate's own energy. The
+        # point's potential is the surrogate's (stat `model_logp` is NaN in these draws).
+        field = self._surrogate_field(chain)
+        value, grad = field(current.q)
+        move = hmc_move(current.q, value, grad, field, chain.metric,
+                        chain.step_adapt.current(False), self.path_length,
+                        self.max_energy_error, self.rng)
+        return TransitionInfo(
+            point=ChainPoint(move.q, move.potential, None), accepted=move.accepted,
+            accept_prob=move.accept_prob, adapt_stat=move.accept_prob,
+            diverging=move.diverged, energy=hamiltonian(move.potential, move.kinetic),
+            energy_error=move.energy_error, surrogate_energy_error=move.energy_error,
+            n_steps=move.n_steps, step_size=move.step_size,
+        )
+
+    def stop_tuning(self):
+        super().stop_tuning()
+        if not self.exact:
+            self.chain.explore.probability = 0.0  # no exact fallback: no model evaluation
+
+    def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
+        if self.exact:
+            super()._choose_draw_length(chain, tuned)
+
+    def _extra_stats(self, chain: ChainState) -> dict:
+        approximate = not self.exact and chain.frozen and chain.surrogate is not None
+        surrogate = chain.surrogate
+        stats = {
+            "approximate": approximate,
+            "learning": not (chain.frozen or chain.online.stopped) and chain.learner is not None,
+            "score_error": chain.online.score_error,
+            "laplace_weight": 1.0 - surrogate.mu_ if surrogate is not None else np.nan,
+        }
+        if approximate:
+            stats["model_logp"] = np.nan
+        return stats
