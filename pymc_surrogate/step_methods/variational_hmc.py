@@ -268,7 +268,7 @@ class VariationalHMC(SurrogateStep):
         if self.exact or not chain.frozen:
             return super()._surrogate_step(chain, current, record)
         # vhmc Algorithm 2 after t0: Metropolis with the surrogate's own energy. The
-        # point's potential is the surrogate's (stat `model_logp` is NaN in these draws).
+        # point's potential is the surrogate's (stat `model_logp`, `lp` in ArviZ, is NaN in these draws).
         field = self._surrogate_field(chain)
         value, grad = field(current.q)
         move = hmc_move(current.q, value, grad, field, chain.metric,

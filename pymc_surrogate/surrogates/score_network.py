@@ -88,9 +88,9 @@ class ScoreNetworkSurrogate:
         if quadratic not in ("auto", "none", "isotropic", "diagonal", "full"):
             raise ValueError(f"quadratic must be 'auto', 'none', 'isotropic', 'diagonal' or "
                              f"'full'; got {quadratic!r}.")
-        if not (np.isscalar(alpha) and alpha > 0):
+        if isinstance(alpha, str) or not (np.isscalar(alpha) and np.isfinite(alpha) and alpha > 0):
             raise ValueError(f"alpha must be a positive number; got {alpha!r}.")
-        if tau != "auto" and not (np.isscalar(tau) and not isinstance(tau, str) and tau > 0):
+        if tau != "auto" and (isinstance(tau, str) or not (np.isscalar(tau) and np.isfinite(tau) and tau > 0)):
             raise ValueError(f"tau must be a positive number or 'auto'; got {tau!r}.")
         if max_hidden < 0 or max_equations < 1:
             raise ValueError("max_hidden must be >= 0 and max_equations >= 1.")
