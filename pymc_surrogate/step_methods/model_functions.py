@@ -76,8 +76,7 @@ class ModelFunctions:
                 self.has_gradient = True
         #: logp evaluations a gradient costs beyond its own (central differences: 2 d)
         self.extra_logp_per_gradient = 0
-        self.finite_difference = bool(finite_difference and not self.has_gradient
-                                      and use_gradient is not False)
+        self.finite_difference = bool(finite_difference and not self.has_gradient)
         if self.finite_difference:
             self.has_gradient = True
             self.extra_logp_per_gradient = 2 * int(sum(np.size(initial_point[v.name]) for v in vars))

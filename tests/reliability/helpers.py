@@ -15,6 +15,8 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy import stats as sps
 
+from tests.reliability.registry import accepts
+
 
 #: The suite's seed. CI runs at the default; ``PYMC_SURROGATE_TEST_SEED=N`` reruns every
 #: seeded check at another seed, to see how often a tolerance fails (each moment check is
@@ -317,18 +319,13 @@ class BlackBoxLogp(Op):
         raise NotImplementedError("black box: no gradient")
 
 
-def make_step_or_skip(entry, vars=None, **kwargs):
-    """Construct a step; skip the test if the class refuses a black-box model by name.
+def black_box_step(entry, vars=None, **kwargs):
+    """Construct a step for a model that may be a black box.
 
-    Some methods need the model's gradient (VariationalHMC's score matching, by default):
-    refusing a black box with an error that says so is correct behaviour, tested in
-    ``test_bad_input``; it is not a reason to fail a test that needs the black box.
+    A class that learns from gradients (VariationalHMC) refuses a black box unless told
+    to difference it (``gradient="finite_difference"``, its documented opt-in, which is
+    then what these tests check); on a model with a gradient the opt-in changes nothing.
     """
-    import pytest
-
-    try:
-        return entry(vars, **kwargs)
-    except (ValueError, TypeError) as err:
-        if "gradient" in str(err).lower():
-            pytest.skip(f"{entry.id} refuses black-box models: {err}")
-        raise
+    if accepts(entry.cls, "gradient"):
+        kwargs.setdefault("gradient", "finite_difference")
+    return entry(vars, **kwargs)

@@ -53,6 +53,8 @@ import pymc as pm
 import pytensor.tensor as pt
 from scipy import stats
 
+from tests.reliability.helpers import black_box_step
+
 __all__ = ["SBCModel", "SBCResult", "run_sbc", "nig_model", "simulate_nig",
            "nig_posterior_draws", "bounded_model", "simulate_bounded",
            "bounded_posterior_draws", "NIG", "BOUNDED", "SBC_MODELS", "rank_tests",
@@ -307,7 +309,7 @@ def run_sbc(entry, replications: int, n_ranks: int = 19, n_bins: int = 5, tune: 
     start = time.perf_counter()
     spec, model = model, model.build()
     with model:
-        step = entry(use_gradient=False) if black_box else entry()
+        step = black_box_step(entry, use_gradient=False) if black_box else entry()
     ranks = {name: [] for name in spec.params}
     thinning, few = [], 0
     n_draws = max_thinning * n_ranks

@@ -25,7 +25,7 @@ from tests.reliability.helpers import (
     assert_healthy,
     assert_moments,
     check_moments,
-    make_step_or_skip,
+    black_box_step,
     sample,
 )
 
@@ -60,7 +60,7 @@ def test_black_box_gaussian(exact_step, dim, tune):
     # tests.conftest.BlackBoxGaussianLogp: a Python Op with no gradient.
     mean, cov = correlated_gaussian(dim, seed=100 + dim, condition=10.0)
     with gaussian_model(mean, cov, black_box=True):
-        step = make_step_or_skip(exact_step)
+        step = black_box_step(exact_step)
         idata = sample(step, tune=tune)
     assert_healthy(idata)
     assert int(idata.sample_stats["total_gradient_evals"].max()) == 0
@@ -93,7 +93,7 @@ def test_conjugate_linear_regression(exact_step, black_box):
             pm.Potential("lik", BlackBoxLogp(loglik, "regression")(beta))
         else:
             pm.Normal("y", pt_dot(x, beta), sigma, observed=y)
-        step = make_step_or_skip(exact_step)
+        step = black_box_step(exact_step)
         idata = sample(step, tune=800 if black_box else 500)
     assert_healthy(idata)
     assert_gaussian(idata, "beta", mean, cov)
@@ -117,7 +117,7 @@ def test_banana_against_quadrature(exact_step, black_box):
     is longer than the suite's default."""
     model, info = make_banana()
     with model:
-        step = make_step_or_skip(exact_step, use_gradient=False) if black_box else exact_step()
+        step = black_box_step(exact_step, use_gradient=False) if black_box else exact_step()
         idata = sample(step, tune=1000, draws=4000)
     assert_healthy(idata)
     assert_moments(idata, "beta", info.ref_mean["beta"], info.ref_sd["beta"])

@@ -21,7 +21,7 @@ from tests.reliability.helpers import (
     BlackBoxLogp,
     assert_healthy,
     assert_moments,
-    make_step_or_skip,
+    black_box_step,
     recorded_warnings,
     sample,
     warning_messages,
@@ -77,7 +77,7 @@ def test_bad_region_is_rejected(step, kind, black_box):
         else:
             x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([-0.5, 0.0]))
             pm.Potential("bad", term(x))
-        s = make_step_or_skip(step)
+        s = black_box_step(step)
         idata = sample(s, tune=600, draws=1500)
     assert_healthy(idata)
     draws = idata.posterior["x"].values
@@ -124,7 +124,7 @@ def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
 
     with pm.Model():
         _fragile_model(gradient)
-        s = make_step_or_skip(step)
+        s = black_box_step(step)
         with pytest.raises(Exception) as info:
             sample(s, chains=1, tune=300, draws=3000, callback=callback)
     text = _messages(info.value)
@@ -141,7 +141,7 @@ def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
 def test_op_error_surfaces_from_worker_processes(step):
     with pm.Model():
         _fragile_model(gradient=False)
-        s = make_step_or_skip(step)
+        s = black_box_step(step)
         with pytest.raises(Exception) as info:
             sample(s, chains=2, cores=2, tune=300, draws=3000)
     text = _messages(info.value)
@@ -215,7 +215,7 @@ def test_degenerate_data_never_yields_nan(step, case, black_box):
     """Short run: no NaN in draws or trajectories, stats finite or the draw flagged."""
     model, var, mean, sd = DEGENERATE[case]()
     with model:
-        s = make_step_or_skip(step, use_gradient=False if black_box else None)
+        s = black_box_step(step, use_gradient=False if black_box else None)
         idata = sample(s, tune=300, draws=200, chains=1)
     assert_healthy(idata)
 
@@ -230,7 +230,7 @@ def test_degenerate_data_right(step, case, black_box):
     (an earlier version skipped them whenever the step warned)."""
     model, var, mean, sd = DEGENERATE[case]()
     with model:
-        s = make_step_or_skip(step, use_gradient=False if black_box else None)
+        s = black_box_step(step, use_gradient=False if black_box else None)
         with recorded_warnings():
             idata = sample(s, tune=600, draws=DRAWS.get(case, 1000))
     assert_healthy(idata)
@@ -252,7 +252,7 @@ def test_rough_potential_stays_exact(step):
     with pm.Model():
         x = pm.Flat("x", shape=2, initval=np.zeros(2))
         pm.Potential("lik", BlackBoxLogp(logp, "rough")(x))
-        s = make_step_or_skip(step)
+        s = black_box_step(step)
         with recorded_warnings() as caught:
             idata = sample(s, tune=600, draws=3000)
     assert_healthy(idata)

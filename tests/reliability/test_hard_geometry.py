@@ -16,6 +16,7 @@ from tests.reliability.helpers import (
     assert_gaussian,
     assert_healthy,
     check_moments,
+    black_box_step,
     recorded_warnings,
     sample,
     warning_messages,
@@ -36,7 +37,7 @@ def test_ill_conditioned_inverse_problem_right(step, condition, gradient):
     posterior's marginals and its eigen-directions (narrowest to widest) are right."""
     model, info = make_heat_inverse(20, condition, gradient=gradient)
     with model, recorded_warnings() as caught:
-        idata = sample(step(), tune=1000, draws=1000)
+        idata = sample(black_box_step(step), tune=1000, draws=1000)
     assert_healthy(idata)
     assert_gaussian(idata, "theta", info.extra["mean"], info.extra["cov"])
     assert not warning_messages(caught, "heavy tails"), "heavy-tail message on a Gaussian"
@@ -79,7 +80,7 @@ def test_funnel_right_or_loud(step, dim):
     wrong must have said so (a warning through the ``pymc`` logger)."""
     model, _ = make_funnel(dim, gradient=False)
     with model, recorded_warnings() as caught:
-        idata = sample(step(), tune=1000, draws=1000)
+        idata = sample(black_box_step(step), tune=1000, draws=1000)
     assert_healthy(idata)
     v = idata.posterior["v"].values[..., None]
     check = check_moments(v, 0.0, FUNNEL_SCALE)

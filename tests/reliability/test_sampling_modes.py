@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.helpers import (
+    black_box_step,
     SAMPLE,
     assert_gaussian,
     assert_healthy,
@@ -130,7 +131,7 @@ def assert_surrogate_moves_the_chain(idata) -> None:
 def test_the_surrogate_moves_the_chain_in_the_draws(step, black_box):
     mean, cov = correlated_gaussian(3, seed=41)
     with gaussian_model(mean, cov, black_box=black_box):
-        idata = sample(step(), tune=1000, draws=500)
+        idata = sample(black_box_step(step), tune=1000, draws=500)
     assert_surrogate_moves_the_chain(idata)
 
 
