@@ -26,7 +26,10 @@ class TrainingPolicy:
     Parameters
     ----------
     source : {"evaluations", "chain_states", "design"}
-        Only ``"evaluations"`` is implemented (SurrogateHMC, AdaptiveSurrogateHMC).
+        ``"evaluations"``: every model evaluation (SurrogateHMC, AdaptiveSurrogateHMC,
+        VariationalHMC). ``"chain_states"``: the chain's own states, no values and no
+        gradients (KernelHMC); evaluations are still kept in tune, for the exploration
+        kernel, but never in the draws. ``"design"`` is not implemented yet.
     refit : {"geometric", "online", "once"}
         ``"geometric"``: batch refits in tune at geometrically spaced iterations, frozen in
         the draws. ``"online"``: the same, and every new evaluation in between goes to the
@@ -40,7 +43,9 @@ class TrainingPolicy:
     learn_in_draws: bool = False
 
     def __post_init__(self):
-        if self.source != "evaluations":
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}; got {self.source!r}.")
+        if self.source == "design":
             raise NotImplementedError(f"training source {self.source!r} (one of {SOURCES}).")
         if self.refit not in REFITS:
             raise ValueError(f"refit must be one of {REFITS}; got {self.refit!r}.")
@@ -49,8 +54,15 @@ class TrainingPolicy:
     def online(self) -> bool:
         return self.refit == "online"
 
+    @property
+    def learns_from_states(self) -> bool:
+        return self.source == "chain_states"
+
     def records(self, frozen: bool) -> bool:
-        """Whether new evaluations are training data (in tune; in the draws if online)."""
+        """Whether new evaluations are training data (in tune; in the draws if online and
+        the surrogate learns from evaluations)."""
+        if self.learns_from_states:
+            return not frozen
         return not frozen or (self.online and self.learn_in_draws)
 
     def adapts(self, frozen: bool) -> bool:
@@ -61,6 +73,11 @@ class TrainingPolicy:
     def min_points(dim: int, has_gradient: bool) -> int:
         """Training points before a first fit."""
         return 2 * dim + 10 if has_gradient else 4 * dim + 20
+
+    @staticmethod
+    def min_states(dim: int) -> int:
+        """Distinct chain states before a first fit to states (``"chain_states"``)."""
+        return 2 * dim + 20
 
     @staticmethod
     def energy_window(dim: int) -> float:

@@ -1,0 +1,355 @@
+"""KernelHMC: gradient-free HMC on a kernel exponential family fitted to the chain's own
+states (kmc §3-5, Algorithm 1)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+from pymc.stats.convergence import WarningType
+
+from pymc_surrogate.core.types import TransitionInfo
+from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.base import SurrogateStep
+from pymc_surrogate.step_methods.corrections import CORRECTIONS
+from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.step_methods.training import TrainingPolicy
+from pymc_surrogate.surrogates.kernel_exp_family import (
+    KernelExpFamilyFinite,
+    KernelExpFamilyLite,
+)
+from pymc_surrogate.surrogates.whitening import Whitening
+
+__all__ = ["KernelHMC"]
+
+FORMS = ("lite", "finite")
+#: ``adaptation_decay="auto"``: a lite update re-solves an ``n x n`` system (0.1-0.6 s at
+#: n = 500-1000, d = 8), so it vanishes like 1/t (about ln t updates); a finite update
+#: folds the new states in at O(d m^2) each (3 ms at m = 300, d = 8), so 1/sqrt(t).
+AUTO_DECAY = {"lite": 1.0, "finite": 0.5}
+
+
+@dataclass
+class KernelState:
+    """What KernelHMC adds to a chain's state: the history it learns from."""
+
+    states: list = field(default_factory=list)  # surrogate inputs (q, context) of the states
+    frozen_start: int | None = None  # first state of the draws' history (past the burn-in)
+    fit_end: int = 0  # states seen by the fit being made
+    learner_end: int = 0  # states the finite learner has absorbed
+    fitted_on: int = 0  # states the current surrogate was fitted to
+    adaptations: int = 0  # surrogate updates by the vanishing adaptation
+    updated: bool = False  # this iteration updated the surrogate
+    told_failure: bool = False
+
+
+@dataclass
+class KernelChainState(ChainState):
+    kernel: KernelState = field(default_factory=KernelState)
+
+
+class KernelHMC(SurrogateStep):
+    r"""Gradient-free HMC on a kernel exponential family learnt from the chain's states
+    (KMC), exactly corrected; safe for pseudo-marginal (noisy) likelihoods.
+
+    The surrogate of the potential is an infinite-dimensional exponential family fitted by
+    score matching to where the chain has been: no logp values and no gradients are
+    learnt from. Tuning explores with a gradient-free random walk (DE-MCz) until enough
+    distinct states exist, fits the surrogate (bandwidth and regulariser by
+    cross-validation), and then runs trajectories on it; every proposal is accepted or
+    rejected with the model's logp.
+
+    Parameters
+    ----------
+    vars : list of continuous variables, optional (default: all of the model's)
+    form : {"lite", "finite"}
+        ``"lite"`` (kmc Prop. 1): Gaussian kernel centred on a sub-sample of at most
+        ``max_points`` states; its gradient vanishes away from the data, so trajectories
+        there degrade to a random walk. ``"finite"`` (Prop. 2): ``n_features`` random
+        Fourier features, updated online with every state.
+    sigma, lam : float or "auto"
+        Kernel length scale (whitened coordinates) and regulariser; "auto":
+        cross-validated score-matching objective at every batch fit.
+    max_points : int
+        Lite: largest sub-sample of the history (a fit costs ``O(d n^3)``).
+    n_features : int
+        Finite: random features ``m`` (an online state costs ``O(d m^2)``).
+    adapt_in_draws : bool
+        ``True`` (default): the surrogate keeps learning from the draws' states with
+        vanishing probability ``a_t``. ``False``: frozen when tuning ends.
+    adaptation_decay : float or "auto"
+        ``a_t = t^{-adaptation_decay}``, ``t`` the iterations since the first fit; in
+        (0, 1] so that ``sum a_t`` diverges. "auto": 1 for lite, 0.5 for finite.
+    pseudo_marginal : bool
+        The model's logp is the log of a noisy, unbiased likelihood estimate (an Op that
+        draws random numbers: importance sampling, particle filters, ABC). The current
+        state's estimate is then never recomputed (it is not, either, by default: see
+        Notes); the ``"auto"`` tail-jump check, which would judge tails on noisy values,
+        is off; and ``use_gradient=True`` is refused.
+    correction, n_inner
+        As ``SurrogateHMC``: ``"surrogate_transition"`` (default; the surrogate's level
+        cancels in it) or ``"hamiltonian"`` (the paper's: one trajectory accepted with the
+        true Hamiltonian).
+    use_gradient : bool
+        ``False`` (default): the model is a black box whatever it is. ``True``: exact HMC
+        explores before the first fit (the surrogate still learns from states only).
+    **kwargs
+        ``target_accept``, ``path_length``, ``dense_mass``, ``explore_steps``,
+        ``tail_jumps``, ``max_energy_error``, ``model``, ``rng`` as ``SurrogateHMC``.
+
+    Notes
+    -----
+    kmc §3-5, Algorithm 1, Propositions 1-2. What holds for exactness:
+
+    * Every transition leaves the posterior invariant *given* the surrogate, the mass
+      matrix and the step size it runs with: leapfrog with any position-dependent force is
+      reversible and volume preserving, and the end point is accepted with the model's
+      logp (``correction``). Nothing in a transition depends on the surrogate changing.
+    * ``adapt_in_draws=False``: the kernel is fixed from the first draw on, so the draws
+      are an ordinary (non-adaptive) Markov chain with the posterior as its stationary
+      law.
+    * ``adapt_in_draws=True``: the surrogate is refitted to the history (states only;
+      sigma, lam, whitening, mass matrix and step size stay fixed) with probability
+      ``a_t -> 0``, so the kernels change less and less (diminishing adaptation,
+      Roberts & Rosenthal 2007, Thm 1); ``sum a_t = inf`` keeps it learning forever. That
+      gives convergence of the marginal law and a weak law of large numbers *if*
+      containment also holds (e.g. a compact state space, or kernels that are uniformly
+      geometrically ergodic: kmc Prop. 3 for lite in d = 1); it is not proved in general.
+      Use ``adapt_in_draws=False`` where that matters.
+    * Pseudo-marginal (Andrieu & Roberts 2009): a chain state is the pair (position, its
+      likelihood estimate); the estimate at the current state is kept with it and used in
+      every later acceptance until a proposal is accepted, so the chain is exact for the
+      posterior of the exact likelihood. The same holds for the surrogate transition (the
+      inner kernel does not use the estimate) and for explicit ``tail_jumps`` (an
+      independence proposal). Nothing re-evaluates the current state: the cached logp is
+      keyed by the position and the values of every variable outside the step's block.
+      Inside a ``CompoundStep`` whose other steps change variables the estimate depends
+      on, that key changes and the estimate is recomputed at the new values (it has to:
+      the stored one is for other values), and the compound sampler is then not an exact
+      pseudo-marginal scheme (a warning says so at construction). The tuning-end trials of
+      ``correction="hamiltonian"`` evaluate proposals from the current state but restore
+      the state and its estimate before the draws.
+
+    Stats beyond ``SurrogateHMC``'s: ``adaptations`` (surrogate updates so far),
+    ``adapted`` (this iteration), ``kernel_sigma``, ``kernel_lam``; ``training_size`` is
+    the number of states the current surrogate was fitted to.
+
+    References
+    ----------
+    .. [1] Strathmann, Sejdinovic, Livingstone, Szabo & Gretton (2015), "Gradient-free
+       Hamiltonian Monte Carlo with efficient kernel exponential families", NeurIPS.
+    .. [2] Andrieu & Roberts (2009), "The pseudo-marginal approach for efficient Monte
+       Carlo computations", *Ann. Statist.* 37.
+    .. [3] Roberts & Rosenthal (2007), "Coupling and ergodicity of adaptive Markov chain
+       Monte Carlo algorithms", *J. Appl. Probab.* 44.
+
+    Examples
+    --------
+    >>> idata = pm.sample(step=KernelHMC(), tune=1000)  # inside a model context
+    >>> idata = pm.sample(step=KernelHMC(pseudo_marginal=True))  # a noisy likelihood Op
+    """
+
+    name = "kernel_hmc"
+    stats_dtypes_shapes = {
+        **_stats.STATS,
+        "adaptations": (np.int64, []),
+        "adapted": (bool, []),
+        "kernel_sigma": (np.float64, []),
+        "kernel_lam": (np.float64, []),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        form: str = "lite",
+        sigma: float | str = "auto",
+        lam: float | str = "auto",
+        max_points: int = 1000,
+        n_features: int = 300,
+        adapt_in_draws: bool = True,
+        adaptation_decay: float | str = "auto",
+        pseudo_marginal: bool = False,
+        correction: str = "surrogate_transition",
+        n_inner: int = 1,
+        use_gradient: bool = False,
+        **kwargs,
+    ):
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}; got {form!r}.")
+        for name, value in (("adapt_in_draws", adapt_in_draws),
+                            ("pseudo_marginal", pseudo_marginal),
+                            ("use_gradient", use_gradient)):
+            if not isinstance(value, bool | np.bool_):
+                raise ValueError(f"{name} must be True or False; got {value!r}.")
+        if adaptation_decay == "auto":
+            adaptation_decay = AUTO_DECAY[form]
+        elif isinstance(adaptation_decay, str | bool) or not (
+            np.isscalar(adaptation_decay) and 0 < adaptation_decay <= 1
+        ):
+            raise ValueError(
+                "adaptation_decay must be 'auto' or lie in (0, 1] so that the adaptation "
+                f"probabilities sum to infinity; got {adaptation_decay!r}."
+            )
+        if correction not in CORRECTIONS:
+            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
+        if isinstance(n_inner, bool) or not isinstance(n_inner, int | np.integer) or n_inner < 1:
+            raise ValueError(f"n_inner must be a positive integer; got {n_inner!r}.")
+        if pseudo_marginal and use_gradient:
+            raise ValueError(
+                "use_gradient=True with pseudo_marginal=True: the gradient of a noisy "
+                "likelihood estimate is not the posterior's. KernelHMC needs no gradient."
+            )
+        self.form = form
+        self.adapt_in_draws = bool(adapt_in_draws)
+        self.adaptation_decay = float(adaptation_decay)
+        self.pseudo_marginal = bool(pseudo_marginal)
+        self.correction = correction
+        self.n_inner = int(n_inner)
+        self.policy = TrainingPolicy(
+            source="chain_states", refit="online" if form == "finite" else "geometric",
+            learn_in_draws=self.adapt_in_draws,
+        )
+        if form == "lite":
+            self._surrogate_settings = dict(sigma=sigma, lam=lam, max_points=max_points)
+        else:
+            self._surrogate_settings = dict(sigma=sigma, lam=lam, n_features=n_features)
+        self._surrogate_class()(**self._surrogate_settings)  # validates them now
+        if self.pseudo_marginal and kwargs.get("tail_jumps", "auto") == "auto":
+            # the check judges the tails on potentials: noisy estimates here
+            kwargs["tail_jumps"] = 0
+        super().__init__(vars, use_gradient=use_gradient, **kwargs)
+        if self.pseudo_marginal and self.functions.shared:
+            warnings.warn(
+                "KernelHMC(pseudo_marginal=True) samples only some of the model's "
+                "variables. When another step changes variables the likelihood estimate "
+                "depends on, the stored estimate no longer applies and is recomputed at "
+                "the new values: the compound sampler is then not an exact "
+                "pseudo-marginal scheme. Give KernelHMC every continuous variable the "
+                "noisy likelihood depends on.",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def _surrogate_class(self):
+        return KernelExpFamilyLite if self.form == "lite" else KernelExpFamilyFinite
+
+    # ------------------------------------------------------------ chain state
+    def _new_chain(self) -> KernelChainState:
+        chain = super()._new_chain()
+        return KernelChainState(**{f.name: getattr(chain, f.name) for f in fields(chain)})
+
+    def stop_tuning(self):
+        kernel = self.chain.kernel
+        if not self.chain.frozen:
+            kernel.frozen_start = len(kernel.states) // 2
+        super().stop_tuning()
+
+    def _history(self, chain: KernelChainState) -> np.ndarray:
+        """The states the surrogate learns from: the second half of tuning (past the
+        initial transient), and in the draws every draw since."""
+        kernel = chain.kernel
+        start = kernel.frozen_start if kernel.frozen_start is not None else len(kernel.states) // 2
+        width = self.context.block_dim + self.context.dim
+        return np.array(kernel.states[start:], dtype=np.float64).reshape(-1, width)
+
+    # ------------------------------------------------------------ the surrogate
+    def _make_surrogate(self, whitening: Whitening, random_state, **settings):
+        return self._surrogate_class()(
+            **{**self._surrogate_settings, **settings},
+            whitening=whitening, random_state=random_state,
+        )
+
+    def _fit_surrogate(self, chain: KernelChainState, **settings):
+        """A new fit (sigma and lam by cross-validation where "auto") to the history."""
+        history = self._history(chain)
+        dim = self.context.block_dim
+        inputs, whitening = self.context.training_inputs(history[:, :dim], history[:, dim:])
+        surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
+        fitted = surrogate.fit(inputs)
+        chain.kernel.fit_end = len(chain.kernel.states)
+        chain.kernel.fitted_on = len(history)
+        return fitted
+
+    def _use_surrogate(self, chain: KernelChainState, surrogate) -> None:
+        super()._use_surrogate(chain, surrogate)
+        chain.kernel.learner_end = chain.kernel.fit_end
+
+    def _min_points(self) -> int:
+        return self.policy.min_states(self.dim)
+
+    def _enough_data(self, chain: KernelChainState) -> bool:
+        if chain.iteration < self.explore_steps:
+            return False
+        history = self._history(chain)
+        return len(np.unique(history, axis=0)) >= self._min_points()
+
+    # ------------------------------------------------ vanishing adaptation (kmc §5)
+    def _after_iteration(self, chain: KernelChainState, info: TransitionInfo) -> None:
+        """Keep the new state; with probability ``a_t`` refit the surrogate to the history."""
+        kernel = chain.kernel
+        kernel.updated = False
+        if chain.frozen and not self.adapt_in_draws:
+            return
+        kernel.states.append(self.context.join(info.point.q).astype(np.float64, copy=True))
+        if chain.surrogate is None:
+            return
+        t = chain.iteration - chain.fits.first_iteration + 1
+        if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
+            self._adapt_surrogate(chain, info)
+
+    def _adapt_surrogate(self, chain: KernelChainState, info: TransitionInfo) -> None:
+        """Algorithm 1, steps 1-4: the same sigma, lam and whitening, more states."""
+        kernel = chain.kernel
+        try:
+            if self.form == "finite":
+                learner = chain.learner
+                if learner is None:
+                    return
+                if kernel.learner_end < len(kernel.states):
+                    learner.partial_fit(np.array(kernel.states[kernel.learner_end:]))
+                    kernel.learner_end = len(kernel.states)
+                candidate = learner.snapshot()
+                fitted_on = candidate.n_samples_seen_
+            else:
+                current = chain.surrogate
+                history = self._history(chain)
+                candidate = KernelExpFamilyLite(
+                    sigma=current.sigma_, lam=current.lam_,
+                    max_points=self._surrogate_settings["max_points"],
+                    whitening=current.whitening_, random_state=self.rng.spawn(1)[0],
+                ).fit(history)
+                fitted_on = len(history)
+            value, grad = self.context.field(candidate)(info.point.q)
+            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+                raise FloatingPointError("the updated surrogate is not finite")
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
+            chain.learner = None if self.form == "finite" else chain.learner
+            chain.counts.failed_fits += 1
+            if not kernel.told_failure:
+                kernel.told_failure = True
+                self._warn(
+                    chain, WarningType.BAD_PARAMS,
+                    f"an update of the surrogate from the chain's states failed ({err}); "
+                    "keeping the last good surrogate (stat `failed_fits`). The draws stay "
+                    "exact.",
+                    level="info" if self.tune else "warn",
+                )
+            return
+        chain.surrogate = candidate
+        kernel.fitted_on = fitted_on
+        kernel.adaptations += 1
+        chain.counts.adaptations += 1
+        kernel.updated = True
+
+    # ------------------------------------------------------------------ stats
+    def _extra_stats(self, chain: KernelChainState) -> dict:
+        surrogate = chain.surrogate
+        return {
+            "training_size": chain.kernel.fitted_on if surrogate is not None else 0,
+            "adaptations": chain.kernel.adaptations,
+            "adapted": chain.kernel.updated,
+            "kernel_sigma": getattr(surrogate, "sigma_", np.nan),
+            "kernel_lam": getattr(surrogate, "lam_", np.nan),
+        }
