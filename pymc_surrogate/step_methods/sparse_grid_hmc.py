@@ -1,0 +1,688 @@
+"""SparseGridHMC: HMC on a grid interpolant precomputed over a domain of interest
+(sparse-grid-hmc §3.3-3.5, Algorithms 2-3, §5)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+
+import cloudpickle
+import numpy as np
+from pymc.blocking import DictToArrayBijection
+from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
+
+from pymc_surrogate.core.metropolis import hamiltonian, metropolis_accept
+from pymc_surrogate.core.transitions import integrate
+from pymc_surrogate.core.types import ChainPoint, TransitionInfo
+from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.base import SurrogateStep
+from pymc_surrogate.step_methods.corrections import CORRECTIONS
+from pymc_surrogate.step_methods.model_functions import ModelFunctions
+from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.step_methods.training import TrainingPolicy
+from pymc_surrogate.surrogates.base import Domain
+from pymc_surrogate.surrogates.sparse_grid import (
+    NaiveGrid,
+    SmolyakGrid,
+    principal_box,
+)
+
+__all__ = ["SparseGridHMC", "GridPrecomputeError"]
+
+GRIDS = ("auto", "smolyak", "naive")
+SERIAL = ("serial", None)
+
+
+class GridPrecomputeError(RuntimeError):
+    """Model evaluations at grid nodes failed twice; the message lists their coordinates."""
+
+
+class SparseGridHMC(SurrogateStep):
+    r"""HMC on a grid interpolant of the potential, precomputed before sampling.
+
+    The potential ``U = -logp`` is evaluated once at the nodes of a grid over a domain of
+    interest (a Smolyak sparse grid, or a full grid for ``d <= 3``), in parallel on any
+    ``concurrent.futures.Executor``; the trajectories run on its interpolant inside the
+    domain and on the true model outside it (sparse-grid-hmc eq. 3.11). By default every
+    draw is accepted with the true logp, so the chain targets the exact posterior. The
+    grid is computed in ``__init__`` and shared by every chain (``cores=1`` and
+    ``cores>1``).
+
+    Parameters
+    ----------
+    vars : list of continuous variables, optional (default: all of the model's)
+    grid : str or path, optional
+        An ``.npz`` file written by ``save_grid`` (or ``NaiveGrid.save`` /
+        ``SmolyakGrid.save``): reuse its nodes and values, evaluate nothing.
+    save_grid : str or path, optional
+        Write the precomputed grid there.
+    bounds : (lower, upper), optional
+        The domain as an axis-aligned box in the sampler's (unconstrained) space.
+    mean, cov : array, optional
+        The domain as a box of ``±k`` standard deviations along the principal axes of
+        ``cov`` around ``mean``. Default (no ``bounds``, ``mean``/``cov``, ``grid``): a
+        Laplace approximation, from the L-BFGS climb and Newton Hessian of the exploration
+        (gradient models) or, for black boxes, the value-regression Laplace probe of
+        ``explore_steps`` gradient-free exploration steps (the covariance of their second
+        half if no probe could be fitted).
+    k : float
+        Half-width of the box in standard deviations (default 3).
+    kind : {"auto", "smolyak", "naive"}
+        "auto": the full grid for ``d <= 2``, the sparse grid beyond.
+    level : int or "auto"
+        Smolyak level (or, for the naive grid, points per dimension); "auto": the finest
+        within ``max_nodes``.
+    max_nodes : int
+        Budget of model evaluations for the grid (default 1000): a finer level raises.
+    executor : "process", "serial", None or an Executor
+        Where the node evaluations run. "process" (default): a ``ProcessPoolExecutor`` of
+        ``max_workers`` processes (spawn), created and shut down here; "serial" or None:
+        in this process; or any object with ``submit`` (or ``map``), e.g.
+        ``distributed.Client(...).get_executor()``. Remote evaluation pickles the model
+        (cloudpickle); a failed node is retried once, then reported with its coordinates.
+    max_workers : int, optional
+        Processes of the default executor (default: the CPU count).
+    progressbar : bool
+        Show the precompute's progress.
+    exact : bool
+        ``True`` (default): every draw is accepted with the true logp. ``False``: the
+        paper's GHMC-complete (§5): after tuning, the acceptance uses the interpolated
+        energy inside the domain (the true one outside); the draws follow
+        ``exp(-U~)``, not the model (a warning, and the stat ``approximate``).
+    correction, n_inner
+        The exact correction (``SurrogateHMC``): ``"surrogate_transition"`` (default) or
+        ``"hamiltonian"``, the paper's Algorithm 3 (one trajectory accepted with the true
+        Hamiltonian).
+    **kwargs
+        Everything ``SurrogateHMC`` takes: ``target_accept``, ``path_length``,
+        ``dense_mass``, ``explore_steps``, ``max_energy_error``, ``use_gradient``,
+        ``model``, ``rng``.
+
+    Notes
+    -----
+    sparse-grid-hmc §3.3-3.5, Algorithms 2-3, §5, App. B. The box is rotated to the
+    principal axes of the Laplace covariance (the paper's is axis-aligned). Outside the
+    domain a gradient model's trajectories use its exact potential and gradient (counted
+    in ``model_evals``); a black box has no gradient there, and its trajectories follow
+    the interpolant continued linearly from the nearest face plus the Gaussian's
+    quadratic pull back into the box, which the true-logp correction keeps exact. The
+    precompute's cost is in ``precompute_`` (``nodes``, ``model_evals``, ``seconds``,
+    ``retried``). Stats beyond ``SurrogateHMC``'s: ``approximate``, ``in_domain``.
+
+    References
+    ----------
+    .. [1] Zhang, Shahbaba & Zhao (2017), "Precomputing strategy for Hamiltonian Monte
+       Carlo method based on regularity in parameter space", *Computational Statistics*
+       32, 253-279.
+
+    Examples
+    --------
+    >>> step = SparseGridHMC(max_nodes=500, save_grid="grid.npz")  # inside a model context
+    >>> idata = pm.sample(step=step, tune=500)
+    >>> step = SparseGridHMC(grid="grid.npz")  # later: no model evaluation before sampling
+    """
+
+    name = "sparse_grid_hmc"
+    # The grid is the design (source "design"); training.py still refuses that source
+    # while another change to it is under way, and the policy only labels it here:
+    # ``_fit_surrogate`` returns the precomputed grid, and the evaluations tune records
+    # serve the skeleton's checks (the spurious-well floor), never a fit.
+    policy = TrainingPolicy(refit="once")
+    stats_dtypes_shapes = {
+        **_stats.STATS,
+        "approximate": (bool, []),
+        "in_domain": (bool, []),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        grid=None,
+        save_grid=None,
+        bounds=None,
+        mean=None,
+        cov=None,
+        k: float = 3.0,
+        kind: str = "auto",
+        level: int | str = "auto",
+        max_nodes: int = 1000,
+        executor="process",
+        max_workers: int | None = None,
+        progressbar: bool = True,
+        exact: bool = True,
+        correction: str = "surrogate_transition",
+        n_inner: int = 1,
+        **kwargs,
+    ):
+        if not isinstance(exact, bool | np.bool_):
+            raise ValueError(f"exact must be True or False; got {exact!r}.")
+        if correction not in CORRECTIONS:
+            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
+        if not isinstance(n_inner, int | np.integer) or n_inner < 1:
+            raise ValueError(f"n_inner must be a positive integer; got {n_inner!r}.")
+        if kind not in GRIDS:
+            raise ValueError(f"kind must be one of {GRIDS}; got {kind!r}.")
+        if not (np.isscalar(k) and np.isfinite(k) and k > 0):
+            raise ValueError(f"k must be a positive number of standard deviations; got {k!r}.")
+        if not isinstance(max_nodes, int | np.integer) or max_nodes < 1:
+            raise ValueError(f"max_nodes must be a positive integer; got {max_nodes!r}.")
+        if level != "auto" and (not isinstance(level, int | np.integer) or level < 0):
+            raise ValueError(f"level must be a non-negative integer or 'auto'; got {level!r}.")
+        if max_workers is not None and (not isinstance(max_workers, int | np.integer) or max_workers < 1):
+            raise ValueError(f"max_workers must be None or a positive integer; got {max_workers!r}.")
+        if not (executor in SERIAL or executor == "process" or hasattr(executor, "submit")
+                or hasattr(executor, "map")):
+            raise ValueError(
+                "executor must be 'process', 'serial', None, or an object with submit or map "
+                f"(a concurrent.futures.Executor, a Dask client's get_executor()); got {executor!r}."
+            )
+        given = [name for name, value in (("grid", grid), ("bounds", bounds)) if value is not None]
+        if (mean is None) != (cov is None):
+            raise ValueError("mean and cov set the domain together: give both or neither.")
+        if mean is not None:
+            given.append("mean/cov")
+        if len(given) > 1:
+            raise ValueError(f"give at most one of grid, bounds and mean/cov; got {given}.")
+        self.exact = bool(exact)
+        self.correction = correction
+        self.n_inner = int(n_inner)
+        self.k = float(k)
+        self.kind = kind
+        self.level = level
+        self.max_nodes = int(max_nodes)
+        self.executor = executor
+        self.max_workers = max_workers
+        self.progressbar = progressbar
+        self.grid_ = None
+        if not self.exact:
+            kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
+        super().__init__(vars, **kwargs)
+        if self.context.dim:
+            warnings.warn(
+                "SparseGridHMC in a CompoundStep: the grid interpolates this block's potential "
+                "at the other variables' initial values. The draws stay exact (true-logp "
+                "correction) but mix poorly when those values move far; sample all continuous "
+                "variables with one SparseGridHMC where you can.",
+                UserWarning,
+                stacklevel=2,
+            )
+        started = time.perf_counter()
+        if grid is not None:
+            self.grid_ = _load_grid(grid, self.dim)
+            self.precompute_ = {"nodes": self.grid_.n_nodes_, "model_evals": 0, "seconds": 0.0,
+                                "retried": 0, "loaded": str(grid)}
+        else:
+            domain, transform, laplace_evals = self._domain(bounds, mean, cov)
+            self.grid_ = self._make_grid(transform)
+            try:
+                nodes = self.grid_.design(domain)
+            except ValueError as err:
+                raise ValueError(
+                    f"SparseGridHMC: {err} In d = {self.dim} a grid that resolves the "
+                    "posterior may need more evaluations than are affordable: lower `level`, "
+                    "raise `max_nodes`, or use SurrogateHMC / AdaptiveSurrogateHMC, whose "
+                    "cost does not grow with a grid."
+                ) from err
+            potentials, retried = self._precompute(nodes)
+            self.grid_.fit(nodes, potentials)
+            self.precompute_ = {"nodes": int(nodes.shape[0]), "laplace_evals": laplace_evals,
+                                "model_evals": int(nodes.shape[0]) + retried + laplace_evals,
+                                "seconds": time.perf_counter() - started, "retried": retried}
+        if save_grid is not None:
+            self.precompute_["saved"] = self.grid_.save(save_grid)
+        self._box_gaussian()
+        self.chain = self._new_chain()
+        if not self.exact:
+            warnings.warn(
+                "SparseGridHMC(exact=False): the paper's GHMC-complete. After tuning, draws "
+                "inside the domain are accepted with the interpolated potential, not the "
+                "model's: they follow exp(-U~), whose KL divergence from the posterior is at "
+                "most 2 max|U - U~| (sparse-grid-hmc Thm 5.1), not the exact posterior "
+                "(stat `approximate`). Use exact=True for exact draws.",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    # ------------------------------------------------------------ the domain
+    def _domain(self, bounds, mean, cov) -> tuple[Domain, object, int]:
+        """The box, its transform and the model evaluations spent finding it."""
+        if bounds is not None:
+            try:
+                lower, upper = (np.broadcast_to(np.asarray(b, dtype=np.float64), (self.dim,))
+                                for b in bounds)
+            except (TypeError, ValueError) as err:
+                raise ValueError(
+                    f"bounds must be (lower, upper), each a number or {self.dim} numbers; "
+                    f"got {bounds!r}."
+                ) from err
+            if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
+                raise ValueError("bounds must be finite.")
+            if np.any(upper <= lower):
+                j = int(np.argmax(upper <= lower))
+                raise ValueError(
+                    f"bounds must have upper > lower in every dimension (a domain of zero "
+                    f"width has no grid); dimension {j} has [{lower[j]}, {upper[j]}]."
+                )
+            return Domain(lower.copy(), upper.copy()), None, 0
+        evals = 0
+        if mean is None:
+            mean, cov, evals = self._laplace()
+        mean = np.asarray(mean, dtype=np.float64).reshape(-1)
+        cov = np.asarray(cov, dtype=np.float64)
+        if mean.shape != (self.dim,) or cov.shape != (self.dim, self.dim):
+            raise ValueError(
+                f"mean must have shape ({self.dim},) and cov ({self.dim}, {self.dim}); got "
+                f"{mean.shape} and {cov.shape}."
+            )
+        if np.any(np.linalg.eigvalsh(0.5 * (cov + cov.T)) <= 0):
+            raise ValueError(
+                "cov must be positive definite: a direction of zero variance gives a domain "
+                "of zero width."
+            )
+        domain, transform = principal_box(mean, cov, self.k)
+        return domain, transform, evals
+
+    def _laplace(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Mean and covariance from the skeleton's exploration, on a scratch chain.
+
+        Gradient models: the L-BFGS climb and the Newton finite-difference Hessian
+        (``exploration.py``; the exploration's probe). Black boxes: ``explore_steps``
+        gradient-free steps and their value-regression probe (else the covariance of
+        their second half: a random walk's states underestimate the spread, and a box
+        from them held 89% of a 3-d Gaussian's draws where the probe's held 99%).
+        """
+        chain = self._new_chain()
+        start = self._start_point()
+        if self.has_gradient:
+            current = self._evaluate(chain, start, with_grad=True, record=False)
+            current = self._climb_to_mode(chain, self.evaluator.check_start(current))
+            probe = chain.explore.probe
+            if probe is not None:
+                return probe.mean, probe.cov, chain.counts.logp_evals
+        current = self.evaluator.check_start(self._evaluate(chain, start, with_grad=False))
+        steps = max(self.explore_steps, 20 * self.dim)
+        saved_gradient = self.functions.has_gradient
+        self.functions.has_gradient = False  # black-box exploration (or a failed Newton)
+        try:
+            for _ in range(steps):
+                info = self._explore_step(chain, current)
+                chain.explore_adapt.update(info.adapt_stat, True)
+                chain.positions.append(info.point.q)
+                chain.iteration += 1
+                current = info.point
+        finally:
+            self.functions.has_gradient = saved_gradient
+        probe = chain.explore.probe
+        if probe is not None:
+            return probe.mean, probe.cov, chain.counts.logp_evals
+        states = np.array(chain.positions[len(chain.positions) // 2:])
+        if len(np.unique(states, axis=0)) > 2 * self.dim:
+            cov = np.cov(states, rowvar=False).reshape(self.dim, self.dim)
+            if np.all(np.linalg.eigvalsh(cov) > 0):
+                return states.mean(axis=0), cov, chain.counts.logp_evals
+        raise ValueError(
+            f"SparseGridHMC could not find a domain of interest: the climb to the mode and "
+            f"{steps} exploration steps gave no usable covariance. Give the domain yourself "
+            "(bounds=(lower, upper), or mean= and cov=), or raise explore_steps."
+        )
+
+    def _start_point(self) -> np.ndarray:
+        point = self._model.initial_point()
+        return DictToArrayBijection.map({v.name: point[v.name] for v in self.vars}).data.astype(np.float64)
+
+    def _make_grid(self, transform):
+        kind = self.kind
+        if kind == "auto":
+            kind = "naive" if self.dim <= 2 else "smolyak"
+        if kind == "naive":
+            return NaiveGrid(points_per_dim=self.level, max_nodes=self.max_nodes, transform=transform)
+        return SmolyakGrid(level=self.level, max_nodes=self.max_nodes, transform=transform)
+
+    def _box_gaussian(self) -> None:
+        """The box's Gaussian (centre, ``±k`` sd along its edges): the first metric, and the
+        black box's pull back into the box."""
+        grid = self.grid_
+        lower, upper = grid.domain_
+        self._box_lower, self._box_upper = lower, upper
+        self._box_sd = (upper - lower) / (2.0 * self.k)
+        axes = np.eye(self.dim) if grid.transform is None else grid.transform.axes
+        middle = 0.5 * (lower + upper)
+        self.box_mean_ = middle if grid.transform is None else grid.transform.from_box(middle)
+        scaled = axes * self._box_sd
+        self.box_cov_ = scaled @ scaled.T
+
+    # ------------------------------------------------------------ the precompute
+    def _precompute(self, nodes: np.ndarray) -> tuple[np.ndarray, int]:
+        """``U`` at every node, through the executor; each failed node retried once."""
+        n = nodes.shape[0]
+        if self.executor in SERIAL:
+            function, close = _LocalLogp(self.functions), None
+            run = _serial_runner(function)
+        else:
+            function = _NodeLogp.from_model(self._model, self.vars)
+            close = None
+            executor = self.executor
+            if executor == "process":
+                workers = self.max_workers or os.cpu_count() or 1
+                executor = ProcessPoolExecutor(
+                    max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+                )
+                close = executor
+            run = _executor_runner(executor, function)
+        chunks = _chunks(n, self._chunk_size(n))
+        values = np.full(n, np.nan)
+        errors: dict[int, str] = {}
+        try:
+            with _Progress(self.progressbar, n) as progress:
+                for rows, result in run([nodes[r] for r in chunks], chunks):
+                    for row, (value, error) in zip(rows, result):
+                        values[row] = value
+                        if error is not None:
+                            errors[row] = error
+                    progress.advance(len(rows))
+                retried = sorted(errors)
+                if retried:
+                    errors = {}
+                    for rows, result in run([nodes[[i]] for i in retried], [[i] for i in retried]):
+                        (value, error), = result
+                        values[rows[0]] = value
+                        if error is not None:
+                            errors[rows[0]] = error
+        finally:
+            if close is not None:
+                close.shutdown(wait=True)
+        if errors:
+            shown = sorted(errors)[:5]
+            lines = "\n".join(
+                f"  node {i}: {self.evaluator.describe(nodes[i])}: {errors[i]}" for i in shown
+            )
+            raise GridPrecomputeError(
+                f"SparseGridHMC: the model's logp failed at {len(errors)} of {n} grid nodes, "
+                f"twice each (the first {len(shown)} shown, in the sampler's unconstrained "
+                f"space):\n{lines}\nFix the model there, or shrink the domain (bounds=, "
+                "mean=/cov=, or a smaller k) to where its logp is finite."
+            )
+        return -values, len(retried)
+
+    def _chunk_size(self, n: int) -> int:
+        if self.executor in SERIAL:
+            return max(1, n)
+        workers = self.max_workers or os.cpu_count() or 1
+        return max(1, int(np.ceil(n / (4 * workers))))
+
+    # ------------------------------------------------------------ the chain
+    def _new_chain(self) -> ChainState:
+        chain = super()._new_chain()
+        if getattr(self, "grid_", None) is None or not hasattr(self, "box_cov_"):
+            return chain  # the scratch chain that finds the domain
+        rng = self.rng.spawn(1)[0]
+        if self.dense_mass is False:
+            chain.metric = QuadPotentialDiag(np.diag(self.box_cov_).copy(), rng=rng)
+        else:
+            chain.metric = QuadPotentialFull(self.box_cov_.copy(), rng=rng)
+        self._use_surrogate(chain, self.grid_)
+        # The metric and step size re-adapt on the grid at the skeleton's refit times,
+        # from iteration 52 on (the first needs tuning states for the chain's scale).
+        chain.fits.last_iteration = 1
+        return chain
+
+    def _fit_surrogate(self, chain: ChainState, **settings):
+        """A designed surrogate is fitted once, before sampling: refits only re-adapt the
+        metric and step size on it."""
+        return self.grid_
+
+    def _warm_up(self, chain, chain_scale, field, initial_step, n_samples=0):
+        return super()._warm_up(chain, chain_scale, self._surrogate_field(chain),
+                                initial_step, n_samples)
+
+    def _surrogate_field(self, chain: ChainState):
+        """eq. 3.11: the interpolant inside the domain, the true model outside (a black box:
+        the face's linear continuation plus a quadratic pull back into the box)."""
+        grid = chain.surrogate
+        if self.has_gradient:
+            def outside(q):
+                point = self._evaluate(chain, q, with_grad=True, record=False)
+                return point.potential, point.grad
+        else:
+            outside = self._continuation
+
+        def value_and_grad(q: np.ndarray) -> tuple[float, np.ndarray]:
+            if grid.contains(q):
+                return grid.value_and_grad(q)
+            return outside(q)
+
+        return value_and_grad
+
+    def _continuation(self, q: np.ndarray) -> tuple[float, np.ndarray]:
+        grid = self.grid_
+        transform = grid.transform
+        u = q if transform is None else transform.to_box(q)
+        face = np.clip(u, self._box_lower, self._box_upper)
+        q_face = face if transform is None else transform.from_box(face)
+        value, grad = grid.value_and_grad(q_face)
+        out = (u - face) / self._box_sd
+        pull = out / self._box_sd
+        grad_pull = pull if transform is None else transform.gradient_from_box(pull)
+        return (value + float(grad @ (q - q_face)) + 0.5 * float(out @ out),
+                grad + grad_pull)
+
+    # ------------------------------------------------------- GHMC-complete (exact=False)
+    def _approximate(self, chain: ChainState) -> bool:
+        return not self.exact and chain.frozen
+
+    def _grid_potential(self, chain: ChainState, q: np.ndarray,
+                        field_value: float | None = None) -> float:
+        """GHMC-complete's potential: the interpolant inside, the true one outside."""
+        if self.grid_.contains(q):
+            return self.grid_.value_and_grad(q)[0]
+        if self.has_gradient and field_value is not None:
+            return field_value  # the field outside is the true model already
+        return self._evaluate(chain, q, with_grad=False, record=False).potential
+
+    def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
+        if not self._approximate(chain):
+            return super()._current_point(chain, q)
+        if chain.current is not None and chain.current_key == self.evaluator.key(q):
+            return chain.current
+        return ChainPoint(q, self._grid_potential(chain, q), None)
+
+    def _surrogate_step(self, chain: ChainState, current: ChainPoint,
+                        record: bool = True) -> TransitionInfo:
+        if not self._approximate(chain):
+            return super()._surrogate_step(chain, current, record)
+        field = self._surrogate_field(chain)
+        value, grad = field(current.q)
+        end, kinetic0, kinetic1, eps = integrate(
+            current.q, value, grad, field, chain.metric, chain.step_adapt.current(False),
+            self.path_length, self.max_energy_error, self.rng,
+        )
+        h0 = hamiltonian(current.potential, kinetic0)
+        if not end.finite:
+            return TransitionInfo(point=current, accepted=False, accept_prob=0.0,
+                                  adapt_stat=0.0, diverging=True, energy=h0,
+                                  energy_error=np.inf, n_steps=end.n_steps, step_size=eps)
+        potential = self._grid_potential(chain, end.q, end.potential)
+        error = hamiltonian(potential, kinetic1) - h0
+        error = np.inf if np.isnan(error) else error
+        accepted, prob = metropolis_accept(-error, rng=self.rng)
+        point = ChainPoint(end.q, potential, None) if accepted else current
+        return TransitionInfo(
+            point=point, accepted=accepted, accept_prob=prob, adapt_stat=prob,
+            diverging=error > self.max_energy_error,
+            energy=hamiltonian(potential, kinetic1) if accepted else h0, energy_error=error,
+            surrogate_energy_error=error, n_steps=end.n_steps, step_size=eps,
+        )
+
+    def stop_tuning(self):
+        super().stop_tuning()
+        if not self.exact:
+            self.chain.explore.probability = 0.0  # one target: exp(-U~) everywhere
+            self.chain.current = self.chain.current_key = None  # its potential is U~ now
+
+    def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
+        if self.exact:
+            super()._choose_draw_length(chain, tuned)
+
+    def _extra_stats(self, chain: ChainState) -> dict:
+        point = chain.current
+        inside = point is not None and self.grid_.contains(point.q)
+        stats = {"approximate": self._approximate(chain), "in_domain": inside}
+        if stats["approximate"]:
+            stats["model_logp"] = np.nan
+        return stats
+
+    def __getstate__(self):
+        # The default process pool is made per precompute, never kept; a user's executor
+        # (a Dask client's) need not pickle into the sampling processes.
+        state = self.__dict__.copy()
+        if state.get("executor") not in (*SERIAL, "process"):
+            state["executor"] = None
+        return state
+
+
+# ---------------------------------------------------------------- node evaluation
+def _chunks(n: int, size: int) -> list[np.ndarray]:
+    return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _evaluate_rows(logp, nodes: np.ndarray) -> list[tuple[float, str | None]]:
+    """``logp`` at each row; a failure is a (NaN, message) entry, never an exception."""
+    out = []
+    for q in nodes:
+        try:
+            value = float(logp(q))
+        except Exception as err:  # noqa: BLE001 - reported with the node's coordinates
+            out.append((np.nan, f"{type(err).__name__}: {err}"))
+            continue
+        if not np.isfinite(value):
+            out.append((np.nan, f"logp = {value}"))
+        else:
+            out.append((value, None))
+    return out
+
+
+class _LocalLogp:
+    """The step's own compiled logp (no pickling)."""
+
+    def __init__(self, functions: ModelFunctions):
+        self.functions = functions
+
+    def __call__(self, nodes: np.ndarray):
+        return _evaluate_rows(self.functions.logp, nodes)
+
+
+#: Per worker process: compiled logp functions by payload digest (compiled once each).
+_WORKER_CACHE: dict = {}
+
+
+class _NodeLogp:
+    """A picklable node evaluator: the model as cloudpickle bytes, compiled lazily in the
+    worker (once per process)."""
+
+    def __init__(self, payload: bytes):
+        self.payload = payload
+        self.key = hash(payload)
+
+    @classmethod
+    def from_model(cls, model, vars) -> _NodeLogp:
+        point = model.initial_point()
+        try:
+            payload = cloudpickle.dumps((model, [v.name for v in vars], point))
+        except Exception as err:
+            raise TypeError(
+                f"SparseGridHMC: the model does not pickle ({type(err).__name__}: {err}), so "
+                "its logp cannot be evaluated in executor worker processes. Either evaluate "
+                "the grid in this process (executor='serial'), or make the model picklable: "
+                "keep unpicklable resources (open files, locks, solver or client handles) out "
+                "of the attributes of your Ops and create them lazily inside perform(), e.g. "
+                "in a module-level cache of each worker."
+            ) from err
+        return cls(payload)
+
+    def _logp(self):
+        logp = _WORKER_CACHE.get(self.key)
+        if logp is None:
+            model, names, point = cloudpickle.loads(self.payload)
+            by_name = {v.name: v for v in model.value_vars}
+            functions = ModelFunctions(model, [by_name[name] for name in names], point,
+                                       use_gradient=False)
+            logp = _WORKER_CACHE[self.key] = functions.logp
+        return logp
+
+    def __call__(self, nodes: np.ndarray):
+        return _evaluate_rows(self._logp(), nodes)
+
+
+def _serial_runner(function):
+    def run(batches, rows):
+        for batch, index in zip(batches, rows):
+            yield index, function(batch)
+    return run
+
+
+def _executor_runner(executor, function):
+    """Yield (rows, results) as the chunks finish: ``submit`` where the executor has it,
+    else ``map`` (in order)."""
+    def run(batches, rows):
+        if hasattr(executor, "submit"):
+            from concurrent.futures import as_completed
+
+            futures = {executor.submit(function, batch): index for batch, index in zip(batches, rows)}
+            try:
+                for future in as_completed(futures):
+                    index = futures[future]
+                    try:
+                        yield index, future.result()
+                    except Exception as err:  # noqa: BLE001 - the whole chunk failed
+                        message = f"{type(err).__name__}: {err}"
+                        yield index, [(np.nan, message)] * len(index)
+            finally:
+                for future in futures:
+                    future.cancel()
+        else:
+            yield from zip(rows, executor.map(function, batches))
+    return run
+
+
+class _Progress:
+    """A rich progress bar over the node evaluations (or nothing)."""
+
+    def __init__(self, show: bool, total: int):
+        self.show, self.total = show, total
+
+    def __enter__(self):
+        if self.show:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+            self._bar = Progress("Grid nodes", BarColumn(), MofNCompleteColumn(),
+                                 TimeRemainingColumn())
+            self._bar.__enter__()
+            self._task = self._bar.add_task("precompute", total=self.total)
+        return self
+
+    def advance(self, n: int) -> None:
+        if self.show:
+            self._bar.advance(self._task, n)
+
+    def __exit__(self, *exc):
+        if self.show:
+            self._bar.__exit__(*exc)
+        return False
+
+
+def _load_grid(path, dim: int):
+    with np.load(path, allow_pickle=False) as data:
+        kind = str(data["kind"])
+    classes = {"SmolyakGrid": SmolyakGrid, "NaiveGrid": NaiveGrid}
+    if kind not in classes:
+        raise ValueError(f"{path} holds a {kind!r}, not a SmolyakGrid or NaiveGrid.")
+    grid = classes[kind].load(path)
+    if grid.n_features_in_ != dim:
+        raise ValueError(
+            f"the grid in {path} has d = {grid.n_features_in_}; this step samples d = {dim}."
+        )
+    return grid
