@@ -1,0 +1,251 @@
+"""SparseGridHMC: posteriors recovered, the domain's edge, the precompute (executors,
+retries, pickling), save/load, the approximate mode and bad settings."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+
+from pymc_surrogate.compat import bulk_ess
+from pymc_surrogate.step_methods.sparse_grid_hmc import GridPrecomputeError, SparseGridHMC
+from tests.conftest import gaussian_model
+
+SAMPLE = dict(chains=1, cores=1, progressbar=False, compute_convergence_checks=False)
+QUIET = dict(executor="serial", progressbar=False)
+MEAN = np.array([1.0, -2.0])
+COV = np.array([[1.0, 0.6], [0.6, 2.0]])
+BANANA_B = 0.5  # x2 - b x1^2 ~ N(0, 1), x1 ~ N(0, 1): E x2 = b, Var x2 = 1 + 2 b^2
+
+
+def _assert_moments(draws, mean, sd, z_limit=4.0):
+    """Means within ``z_limit`` MCSEs (sd / sqrt(bulk ESS)), and sds within 15%."""
+    for column, m, s in zip(draws.T, mean, sd):
+        mcse = s / np.sqrt(bulk_ess(column))
+        assert abs(column.mean() - m) < z_limit * mcse, (column.mean(), m, mcse)
+        assert abs(column.std() - s) < 0.15 * s, (column.std(), s)
+
+
+def _draws(idata, name="x"):
+    values = idata.posterior[name].values
+    return values.reshape(-1, values.shape[-1])
+
+
+class BananaLogp(Op):
+    """The banana's log-density as a Python Op with no gradient."""
+
+    __props__ = ()
+
+    def make_node(self, x):
+        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+    def perform(self, node, inputs, outputs):
+        x = inputs[0]
+        outputs[0][0] = np.asarray(-0.5 * x[0] ** 2 - 0.5 * (x[1] - BANANA_B * x[0] ** 2) ** 2)
+
+
+def _banana(black_box):
+    with pm.Model() as model:
+        if black_box:
+            x = pm.Flat("x", shape=2, initval=np.array([0.3, 0.3]))
+            pm.Potential("lik", BananaLogp()(x))
+        else:
+            x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([0.3, 0.3]))
+            pm.Potential("lik", -0.5 * (x[1] - BANANA_B * x[0] ** 2) ** 2 + 0.5 * x[1] ** 2)
+    return model
+
+
+BANANA_MEAN = np.array([0.0, BANANA_B])
+BANANA_SD = np.array([1.0, np.sqrt(1.0 + 2.0 * BANANA_B**2)])
+
+
+@pytest.mark.parametrize("black_box", [False, True])
+def test_recovers_a_correlated_gaussian(black_box):
+    with gaussian_model(MEAN, COV, black_box=black_box):
+        step = SparseGridHMC(**QUIET, rng=1)
+        idata = pm.sample(draws=1500, tune=500, step=step, random_seed=3, **SAMPLE)
+    _assert_moments(_draws(idata), MEAN, np.sqrt(np.diag(COV)))
+    stats = idata.sample_stats
+    assert not stats.approximate.values.any()
+    assert stats.in_domain.values.mean() > 0.95
+    assert step.precompute_["nodes"] > 100
+    if black_box:
+        assert int(stats.total_gradient_evals.values[0, -1]) == 0
+
+
+@pytest.mark.parametrize("black_box", [False, True])
+def test_recovers_a_banana(black_box):
+    # The Laplace box at the mode misses much of the banana's arms: the chain spends
+    # time outside it, where the true model (or the pull back) takes over.
+    with _banana(black_box):
+        step = SparseGridHMC(**QUIET, rng=2)
+        idata = pm.sample(draws=2000, tune=600, step=step, random_seed=4, **SAMPLE)
+    _assert_moments(_draws(idata), BANANA_MEAN, BANANA_SD)
+
+
+@pytest.mark.parametrize("black_box", [False, True])
+def test_a_chain_outside_a_small_box_stays_right(black_box):
+    # The box covers +-0.4 sd: most draws lie outside it.
+    with gaussian_model(MEAN, COV, black_box=black_box):
+        step = SparseGridHMC(bounds=(MEAN - 0.4, MEAN + 0.4), **QUIET, rng=1)
+        idata = pm.sample(draws=1500, tune=500, step=step, random_seed=5, **SAMPLE)
+    _assert_moments(_draws(idata), MEAN, np.sqrt(np.diag(COV)))
+    assert idata.sample_stats.in_domain.values.mean() < 0.5
+
+
+def test_mean_and_cov_set_a_rotated_box_and_the_grid_is_shared_by_chains():
+    with gaussian_model(MEAN, COV):
+        step = SparseGridHMC(mean=MEAN, cov=COV, k=2.5, max_nodes=200, **QUIET)
+        assert step.precompute_["model_evals"] == step.precompute_["nodes"]
+        np.testing.assert_allclose(step.box_cov_, COV / 1.0, rtol=1e-8)
+        copy = cloudpickle.loads(cloudpickle.dumps(step))  # what pm.sample sends to workers
+        np.testing.assert_array_equal(copy.grid_.values_, step.grid_.values_)
+        idata = pm.sample(draws=300, tune=300, step=step, chains=2, cores=2, random_seed=6,
+                          progressbar=False, compute_convergence_checks=False)
+    assert idata.posterior["x"].shape == (2, 300, 2)
+
+
+class _MapOnly:
+    """An executor with ``map`` only."""
+
+    def map(self, function, batches):
+        return map(function, batches)
+
+
+def test_process_pool_and_serial_give_the_same_grid():
+    with gaussian_model(MEAN, COV, black_box=True):
+        settings = dict(bounds=(MEAN - 2.0, MEAN + 2.0), max_nodes=60, progressbar=False)
+        serial = SparseGridHMC(executor="serial", **settings)
+        pooled = SparseGridHMC(executor="process", max_workers=2, **settings)
+        with ThreadPoolExecutor(2) as pool:  # any Executor: submit, pickled model
+            given = SparseGridHMC(executor=pool, **settings)
+        mapped = SparseGridHMC(executor=_MapOnly(), **settings)
+    for other in (pooled, given, mapped):
+        np.testing.assert_allclose(other.grid_.values_, serial.grid_.values_, rtol=1e-12)
+
+
+def test_dask_executor_gives_the_same_grid():
+    distributed = pytest.importorskip("distributed")
+    with gaussian_model(MEAN, COV, black_box=True):
+        settings = dict(bounds=(MEAN - 2.0, MEAN + 2.0), max_nodes=60, progressbar=False)
+        serial = SparseGridHMC(executor="serial", **settings)
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster:
+            with distributed.Client(cluster) as client:
+                dask = SparseGridHMC(executor=client.get_executor(), **settings)
+    np.testing.assert_allclose(dask.grid_.values_, serial.grid_.values_, rtol=1e-12)
+
+
+def test_save_and_load_reuse_the_grid(tmp_path):
+    path = tmp_path / "grid.npz"
+    with gaussian_model(MEAN, COV):
+        first = SparseGridHMC(save_grid=path, max_nodes=150, **QUIET)
+        again = SparseGridHMC(grid=path, **QUIET)
+        assert again.precompute_["model_evals"] == 0
+        np.testing.assert_array_equal(again.grid_.values_, first.grid_.values_)
+        np.testing.assert_array_equal(again.grid_.nodes_, first.grid_.nodes_)
+        idata = pm.sample(draws=200, tune=200, step=again, random_seed=7, **SAMPLE)
+    assert np.all(np.isfinite(_draws(idata)))
+    with gaussian_model(np.zeros(3), np.eye(3)):
+        with pytest.raises(ValueError, match="d = 2"):
+            SparseGridHMC(grid=path, **QUIET)
+
+
+class FlakyLogp(Op):
+    """log N(x; 0, I) that raises at the ``fail_at``-th call, or wherever x[0] > limit."""
+
+    __props__ = ()
+
+    def __init__(self, fail_at=None, limit=np.inf):
+        self.fail_at, self.limit, self.calls = fail_at, limit, 0
+
+    def make_node(self, x):
+        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+    def perform(self, node, inputs, outputs):
+        self.calls += 1
+        x = inputs[0]
+        if self.calls == self.fail_at or x[0] > self.limit:
+            raise RuntimeError("solver did not converge")
+        outputs[0][0] = np.asarray(-0.5 * x @ x)
+
+
+def _flaky_model(**kwargs):
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2)
+        pm.Potential("lik", FlakyLogp(**kwargs)(x))
+    return model
+
+
+def test_a_failed_node_is_retried_once():
+    with _flaky_model(fail_at=3):
+        step = SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=50, **QUIET)
+    assert step.precompute_["retried"] == 1
+    nodes = step.grid_.nodes_
+    np.testing.assert_allclose(step.grid_.values_, 0.5 * np.sum(nodes**2, axis=1))
+
+
+def test_a_node_that_fails_twice_is_reported_with_its_coordinates():
+    with _flaky_model(limit=1.5):
+        with pytest.raises(GridPrecomputeError, match=r"x = \[2\. .*solver did not converge"):
+            SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=50, **QUIET)
+
+
+class LockedLogp(FlakyLogp):
+    """Holds a lock, as an Op holding a solver or client handle: it does not pickle."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+
+
+def test_an_unpicklable_model_gives_a_clear_error():
+    with pm.Model():
+        x = pm.Flat("x", shape=2)
+        pm.Potential("lik", LockedLogp()(x))
+        with pytest.raises(TypeError, match="does not pickle.*executor='serial'"):
+            SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=20, executor="process",
+                          progressbar=False)
+        SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=20, **QUIET)  # in process: fine
+
+
+def test_exact_false_is_ghmc_complete_with_a_warning_and_a_stat():
+    with gaussian_model(MEAN, COV):
+        with pytest.warns(UserWarning, match="GHMC-complete"):
+            step = SparseGridHMC(exact=False, **QUIET, rng=1)
+        idata = pm.sample(draws=1500, tune=500, step=step, random_seed=8, **SAMPLE)
+    stats = idata.sample_stats
+    assert stats.approximate.values.all()
+    inside = stats.in_domain.values
+    # no model evaluation in a draw inside the domain (the grid's energy accepts it)
+    assert (stats.model_evals.values[inside] == 0).mean() > 0.9
+    _assert_moments(_draws(idata), MEAN, np.sqrt(np.diag(COV)), z_limit=5.0)
+
+
+@pytest.mark.parametrize(
+    "settings, name",
+    [
+        (dict(kind="tensor"), "kind"),
+        (dict(k=0.0), "k must"),
+        (dict(max_nodes=0), "max_nodes"),
+        (dict(level=-1), "level"),
+        (dict(exact="yes"), "exact"),
+        (dict(correction="none"), "correction"),
+        (dict(n_inner=0), "n_inner"),
+        (dict(max_workers=0), "max_workers"),
+        (dict(executor="threads"), "executor"),
+        (dict(bounds=([0.0, 1.0], [0.0, 2.0])), "zero width"),
+        (dict(mean=MEAN), "mean and cov"),
+        (dict(bounds=(-1.0, 1.0), mean=MEAN, cov=COV), "at most one"),
+        (dict(mean=MEAN, cov=np.diag([1.0, 0.0])), "positive definite"),
+        (dict(kind="smolyak", level=12, max_nodes=1000), "lower `level`"),
+    ],
+)
+def test_bad_settings_raise_value_error_naming_them(settings, name):
+    with gaussian_model(MEAN, COV):
+        with pytest.raises(ValueError, match=name):
+            SparseGridHMC(**{**QUIET, **settings})
