@@ -1,0 +1,177 @@
+"""KernelHMC's own behaviour: known posteriors (black box), the pseudo-marginal guarantee,
+vanishing adaptation, stats and bad settings.
+
+Tolerances are MCSE-derived: a mean within 4 Monte Carlo standard errors (bulk ESS of the
+coordinate), a variance within 4 standard errors of the second moment (ESS of the squared
+deviation, whose autocorrelation differs from the coordinate's).
+"""
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from benchmarks.models.haario_banana import haario_banana_moments, make_haario_banana
+from benchmarks.models.random_effects import make_random_effects
+from pymc_surrogate.compat import bulk_ess
+from pymc_surrogate.step_methods.kernel_hmc import KernelHMC
+from tests.conftest import gaussian_model
+
+SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
+COV = np.array([[4.0, 1.6], [1.6, 1.0]])  # correlation 0.8
+
+
+def assert_moments(draws, mean, sd, z_limit=4.0):
+    """Means and variances of ``draws`` (n, d; chains concatenated) within ``z_limit``
+    standard errors of the exact ones."""
+    for column, m, s in zip(draws.T, mean, sd):
+        mean_z = (column.mean() - m) / (s / np.sqrt(bulk_ess(column)))
+        dev2 = (column - m) ** 2
+        var_se = np.std(dev2) / np.sqrt(bulk_ess(dev2))
+        var_z = (dev2.mean() - s**2) / var_se
+        assert abs(mean_z) < z_limit and abs(var_z) < z_limit, (m, s, mean_z, var_z)
+
+
+def _draws(idata, name):
+    values = idata.posterior[name].values
+    return values.reshape(-1, values.shape[-1])
+
+
+@pytest.mark.parametrize("form", ["lite", "finite"])
+def test_recovers_a_correlated_gaussian_black_box(form):
+    with gaussian_model(np.zeros(2), COV, black_box=True):
+        idata = pm.sample(draws=1000, tune=1000, chains=2, step=KernelHMC(form=form),
+                          random_seed=1, **SAMPLE)
+    assert_moments(_draws(idata, "x"), np.zeros(2), np.sqrt(np.diag(COV)))
+    stats = idata.sample_stats
+    assert bool(stats.uses_surrogate.values.all())
+    # measured seed 1: bulk ESS 1340-1560 (lite), 1090-1360 (finite) of 2000 draws
+    assert min(bulk_ess(c) for c in _draws(idata, "x").T) > 400
+    assert stats.model_evals.values.max() <= 1 and stats.gradient_evals.values.max() == 0
+
+
+def test_recovers_a_banana_black_box():
+    dim, b, v = 2, 0.1, 10.0  # sd of x_2: sqrt(1 + 2 b^2 V^2) = sqrt(3)
+    model, _ = make_haario_banana(dim, b, v, gradient=False)
+    with model:
+        idata = pm.sample(draws=1000, tune=1000, chains=2, step=KernelHMC(), random_seed=2,
+                          **SAMPLE)
+    mean, sd = haario_banana_moments(dim, b, v)
+    draws = _draws(idata, "x")
+    assert_moments(draws, mean, sd)
+    assert min(bulk_ess(c) for c in draws.T) > 100
+
+
+# ------------------------------------------------------------------ pseudo-marginal
+PM_MODEL = dict(n_importance=2)
+
+
+def _pm_errors(idata, info):
+    draws = _draws(idata, "theta")
+    ref_mean, ref_sd = info.ref_mean["theta"], info.ref_sd["theta"]
+    ess = np.array([bulk_ess(c) for c in draws.T])
+    z = (draws.mean(0) - ref_mean) / (ref_sd / np.sqrt(ess))
+    return z, draws.std(0) / ref_sd, ess
+
+
+def test_pseudo_marginal_reuses_the_current_estimate():
+    """Every rejected draw keeps the previous draw's logp to the last bit: re-evaluating
+    the noisy Op at the current state would give a different value."""
+    model, _ = make_random_effects(**PM_MODEL)
+    with model:
+        idata = pm.sample(draws=300, tune=600, chains=1,
+                          step=KernelHMC(pseudo_marginal=True), random_seed=4, **SAMPLE)
+    stats = idata.sample_stats
+    logp = stats.model_logp.values[0]
+    accepted = stats.accepted.values[0].astype(bool)
+    rejected = np.flatnonzero(~accepted[1:]) + 1
+    assert rejected.size > 20
+    np.testing.assert_array_equal(logp[rejected], logp[rejected - 1])
+    assert stats.model_evals.values.max() <= 1
+    assert not bool(stats.tail_jump.values.any())
+
+
+def test_pseudo_marginal_posterior_is_exact_where_metropolis_is_not():
+    """The importance-sampling likelihood of a Gaussian random-effects model (exact
+    posterior by quadrature): KernelHMC recovers it; pm.Metropolis, which re-estimates the
+    current state's likelihood at every step, does not (its log tau is too low)."""
+    model, info = make_random_effects(**PM_MODEL)
+    with model:
+        kmc = pm.sample(draws=2000, tune=1000, chains=2, step=KernelHMC(pseudo_marginal=True),
+                        random_seed=3, **SAMPLE)
+    z, sd_ratio, ess = _pm_errors(kmc, info)
+    assert np.all(np.abs(z) < 4), (z, sd_ratio, ess)
+    assert np.all(np.abs(sd_ratio - 1) < 4 * np.sqrt(1 / (2 * ess)) + 0.05), (sd_ratio, ess)
+    model, info = make_random_effects(**PM_MODEL)
+    with model:
+        metropolis = pm.sample(draws=2000, tune=1000, chains=2, step=pm.Metropolis(),
+                               random_seed=3, **SAMPLE)
+    z_metropolis, _, _ = _pm_errors(metropolis, info)
+    assert z_metropolis[1] < -6, z_metropolis
+
+
+def test_pseudo_marginal_in_a_compound_step_warns():
+    with pm.Model():
+        a = pm.Normal("a")
+        pm.Normal("b", a)
+        with pytest.warns(UserWarning, match="not an exact pseudo-marginal"):
+            KernelHMC([a], pseudo_marginal=True)
+
+
+# ----------------------------------------------------------- adaptation and stats
+@pytest.mark.parametrize("adapt_in_draws", [True, False])
+def test_vanishing_adaptation_in_the_draws_or_frozen(adapt_in_draws):
+    with gaussian_model(np.zeros(2), COV, black_box=True):
+        step = KernelHMC(form="finite", adapt_in_draws=adapt_in_draws)
+        idata = pm.sample(draws=400, tune=700, chains=1, step=step, random_seed=5, **SAMPLE)
+    stats = idata.sample_stats
+    adaptations = stats.adaptations.values[0]
+    for name in ("adaptations", "adapted", "kernel_sigma", "kernel_lam", "training_size",
+                 "model_logp", "accept", "uses_surrogate"):
+        assert name in stats
+    assert np.all(np.isfinite(stats.kernel_sigma.values)) and np.all(stats.kernel_lam.values > 0)
+    if adapt_in_draws:
+        # a_t = t^-0.5 from t ~ 400 on: about 2 (sqrt(1100) - sqrt(700)) = 13 updates
+        assert adaptations[-1] > adaptations[0]
+        adapted = stats.adapted.values[0]
+        assert adapted.sum() == adaptations[-1] - adaptations[0] + int(adapted[0])
+        assert stats.training_size.values[0, -1] > stats.training_size.values[0, 0]
+    else:
+        assert adaptations[-1] == adaptations[0] and not bool(stats.adapted.values.any())
+        assert np.unique(stats.training_size.values).size == 1
+
+
+def test_short_tune_falls_back_to_the_random_walk_without_crashing():
+    with gaussian_model(np.zeros(2), COV, black_box=True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(draws=50, tune=30, chains=1, step=KernelHMC(), random_seed=6,
+                              **SAMPLE)
+    stats = idata.sample_stats
+    assert not bool(stats.uses_surrogate.values.any())
+    assert bool(stats.fallback.values.all())
+
+
+@pytest.mark.parametrize(
+    "settings, name",
+    [
+        ({"form": "dense"}, "form"),
+        ({"adaptation_decay": 0.0}, "adaptation_decay"),
+        ({"adaptation_decay": 1.5}, "adaptation_decay"),
+        ({"sigma": -1.0}, "sigma"),
+        ({"lam": "big"}, "lam"),
+        ({"max_points": 1}, "max_points"),
+        ({"form": "finite", "n_features": 0}, "n_features"),
+        ({"n_inner": 0}, "n_inner"),
+        ({"correction": "none"}, "correction"),
+        ({"pseudo_marginal": "yes"}, "pseudo_marginal"),
+        ({"adapt_in_draws": None}, "adapt_in_draws"),
+        ({"pseudo_marginal": True, "use_gradient": True}, "use_gradient"),
+        ({"target_accept": 1.5}, "target_accept"),
+    ],
+)
+def test_bad_settings_raise_naming_the_setting(settings, name):
+    with gaussian_model(np.zeros(2), COV, black_box=True):
+        with pytest.raises(ValueError, match=name):
+            KernelHMC(**settings)
