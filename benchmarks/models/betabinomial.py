@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from scipy.special import betaln, digamma, expit, logsumexp
+from scipy.special import digamma, expit, gammaln, logsumexp
 
 from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
 
@@ -42,6 +42,7 @@ __all__ = [
     "PLOT_BOX",
     "GridReference",
     "log_posterior",
+    "log_rising",
     "make_betabinomial",
     "quadrature_reference",
 ]
@@ -62,10 +63,67 @@ GRID_BOX = (-9.5, 0.0, -2.0, 30.0)
 PLOT_BOX = (-8.0, -4.5, 3.0, 16.5)
 
 
+#: Above ``a > RISING_SERIES * (y + 1)`` the log rising factorial is summed as a series in 1/a:
+#: ``gammaln(a + y) - gammaln(a)`` loses everything to cancellation there (at K = e^40,
+#: gammaln(K) ~ 1e19 and its rounding error ~ 1e3: a chain that wandered out there met
+#: model logps of +1e6 that were pure rounding).
+RISING_SERIES = 1e4
+
+
+def _power_sums(y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``S_k = sum_{i < y} i^k`` for k = 1, 2, 3."""
+    y = np.asarray(y, dtype=float)
+    s1 = y * (y - 1.0) / 2.0
+    return s1, (y - 1.0) * y * (2.0 * y - 1.0) / 6.0, s1**2
+
+
+def log_rising(a: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``log Gamma(a + y) - log Gamma(a) = sum_{i < y} log(a + i)`` and its derivative in ``a``.
+
+    Exact (``gammaln`` / ``digamma``) for moderate ``a``; for ``a > 1e4 (y + 1)`` the series
+    ``y log a + S1/a - S2/(2a^2) + S3/(3a^3)`` (``S_k = sum_{i<y} i^k``), whose truncation
+    error is below ``y / 1e17``.
+
+    Parameters
+    ----------
+    a : ndarray
+        Positive.
+    y : ndarray
+        Non-negative integers (as floats), broadcastable with ``a``.
+
+    Returns
+    -------
+    value, derivative : ndarray
+    """
+    a, y = np.broadcast_arrays(np.asarray(a, float), np.asarray(y, float))
+    big = a > RISING_SERIES * (y + 1.0)
+    s1, s2, s3 = _power_sums(y)
+    with np.errstate(all="ignore"):
+        exact = gammaln(a + y) - gammaln(a)
+        d_exact = digamma(a + y) - digamma(a)
+    A = np.where(big, a, 1.0)
+    series = y * np.log(A) + s1 / A - s2 / (2.0 * A**2) + s3 / (3.0 * A**3)
+    d_series = y / A - s1 / A**2 + s2 / A**3 - s3 / A**4
+    return np.where(big, series, exact), np.where(big, d_series, d_exact)
+
+
+def _log_rising_pt(a, y: np.ndarray):
+    """PyTensor twin of :func:`log_rising` (value only; PyTensor differentiates it)."""
+    y = np.asarray(y, dtype=float)
+    s1, s2, s3 = _power_sums(y)
+    big = pt.gt(a, RISING_SERIES * (y + 1.0))
+    A = pt.switch(big, a, 1.0)
+    series = y * pt.log(A) + s1 / A - s2 / (2.0 * A**2) + s3 / (3.0 * A**3)
+    return pt.switch(big, series, pt.gammaln(a + y) - pt.gammaln(a))
+
+
 def log_posterior(
     x1: np.ndarray, x2: np.ndarray, y: np.ndarray = CANCER_Y, n: np.ndarray = CANCER_N
 ) -> tuple[np.ndarray, np.ndarray]:
     """Unnormalised log posterior in ``(logit m, log K)`` and its gradient, vectorised.
+
+    ``betaln(a + y, b + n - y) - betaln(a, b) = R(a, y) + R(b, n - y) - R(a + b, n)`` with
+    ``R`` the log rising factorial (:func:`log_rising`), which stays accurate for any K.
 
     Parameters
     ----------
@@ -85,12 +143,12 @@ def log_posterior(
     m = expit(x1)[..., None]
     K = np.exp(x2)[..., None]
     a, b = K * m, K * (1.0 - m)
-    logp = np.sum(betaln(a + y, b + n - y) - betaln(a, b), axis=-1)
-    logp = logp + x2 - 2.0 * np.logaddexp(0.0, x2)
-    dig_abn = digamma(a + b + n)
-    dig_ab = digamma(a + b)
-    d_a = np.sum(digamma(a + y) - dig_abn - digamma(a) + dig_ab, axis=-1)
-    d_b = np.sum(digamma(b + n - y) - dig_abn - digamma(b) + dig_ab, axis=-1)
+    ra, dra = log_rising(a, y)
+    rb, drb = log_rising(b, n - y)
+    rab, drab = log_rising(a + b, n)
+    logp = np.sum(ra + rb - rab, axis=-1) + x2 - 2.0 * np.logaddexp(0.0, x2)
+    d_a = np.sum(dra - drab, axis=-1)
+    d_b = np.sum(drb - drab, axis=-1)
     m, K, a, b = m[..., 0], K[..., 0], a[..., 0], b[..., 0]
     g1 = (d_a - d_b) * K * m * (1.0 - m)
     g2 = d_a * a + d_b * b + 1.0 - 2.0 * expit(x2)
@@ -213,11 +271,9 @@ def make_betabinomial(
         m = pt.sigmoid(xs[0])
         K = pt.exp(xs[1])
         a, b = K * m, K * (1.0 - m)
-
-        def lbeta(u, v):
-            return pt.gammaln(u) + pt.gammaln(v) - pt.gammaln(u + v)
-
-        pm.Potential("loglik", pt.sum(lbeta(a + y, b + n - y) - lbeta(a, b)))
+        # betaln(a + y, b + n - y) - betaln(a, b), accurate for any K (see log_rising)
+        loglik = _log_rising_pt(a, y) + _log_rising_pt(b, n - y) - _log_rising_pt(a + b, n)
+        pm.Potential("loglik", pt.sum(loglik))
         pm.Potential("prior_jacobian", x2 - 2.0 * pt.softplus(x2))
     ref_mean = ref_sd = None
     extra: dict = {"y": y, "n": n}

@@ -16,6 +16,7 @@ from benchmarks.models.betabinomial import (
     CANCER_N,
     CANCER_Y,
     log_posterior,
+    log_rising,
     make_betabinomial,
     quadrature_reference,
 )
@@ -108,6 +109,54 @@ def test_betabinomial_numpy_posterior_matches_the_pymc_model():
         np.testing.assert_allclose(log_posterior(a, b)[1], g, rtol=1e-8, atol=1e-8)
 
 
+def _exact_loglik(x1: float, x2: float) -> float:
+    """sum_j log[(a)_y (b)_{n-y} / (a+b)_n] term by term, log a + log1p(i/a) (no cancellation)."""
+    import math
+
+    m = 1.0 / (1.0 + math.exp(-x1))
+    K = math.exp(x2)
+    a, b = K * m, K * (1.0 - m)
+    terms = []
+    for y, n in zip(CANCER_Y.astype(int), CANCER_N.astype(int)):
+        i = np.arange(n, dtype=float)
+        terms += [y * math.log(a), (n - y) * math.log(b), -n * math.log(a + b)]
+        terms += list(np.log1p(i[:y] / a)) + list(np.log1p(i[: n - y] / b))
+        terms += list(-np.log1p(i / (a + b)))
+    return math.fsum(terms)
+
+
+@pytest.fixture(scope="module")
+def betabinomial_logp():
+    model, _ = make_betabinomial(with_reference=False)
+    return model.compile_logp()
+
+
+@pytest.mark.parametrize("x1, x2", [(-7.5, 20.0), (-6.0, 45.0), (-9.0, 60.0)])
+def test_betabinomial_likelihood_is_accurate_for_any_k(x1, x2, betabinomial_logp):
+    # gammaln differences are garbage at K = e^45 (rounding ~1e3); the model must not be
+    exact = _exact_loglik(x1, x2) + x2 - 2.0 * np.logaddexp(0.0, x2)
+    assert float(log_posterior(x1, x2)[0]) == pytest.approx(exact, abs=1e-6)
+    # PyMC's logp is ours up to a constant (fixed at the mode)
+    at = {"x1": np.array(x1), "x2": np.array(x2)}
+    mode = {"x1": np.array(-6.8), "x2": np.array(7.6)}
+    assert float(betabinomial_logp(at)) - float(betabinomial_logp(mode)) == pytest.approx(
+        exact - float(log_posterior(-6.8, 7.6)[0]), abs=1e-6
+    )
+
+
+def test_log_rising_series_and_exact_branches_agree():
+    y = np.array([0.0, 1.0, 3.0, 54.0, 2000.0])
+    for y_k in y:
+        a_edge = 1e4 * (y_k + 1.0)
+        lo, dlo = log_rising(a_edge * (1 - 1e-9), y_k)  # exact branch
+        hi, dhi = log_rising(a_edge * (1 + 1e-9), y_k)  # series branch
+        assert float(hi) == pytest.approx(float(lo), rel=1e-9, abs=1e-9)
+        assert float(dhi) == pytest.approx(float(dlo), rel=1e-6, abs=1e-12)
+    v, d = log_rising(2.5, 3.0)
+    assert float(v) == pytest.approx(np.log(2.5 * 3.5 * 4.5))
+    assert float(d) == pytest.approx(1 / 2.5 + 1 / 3.5 + 1 / 4.5)
+
+
 def test_betabinomial_gradient_matches_finite_differences():
     x = np.array([-6.9, 7.3])
     _, g = log_posterior(x[0], x[1])
@@ -122,14 +171,15 @@ def test_betabinomial_gradient_matches_finite_differences():
 def test_betabinomial_data_and_quadrature():
     assert len(CANCER_Y) == len(CANCER_N) == 20
     assert CANCER_Y.sum() == 71 and CANCER_N.sum() == 71478
-    ref = quadrature_reference(301, 301)
+    ref = quadrature_reference(251, 251)
     assert ref.edge_mass < 1e-9
-    # Albert (2009) §5.4: posterior mode near (-6.8, 7.6) in (logit eta, log K)
+    # Albert (2009) §5.4: posterior mode near (-6.82, 7.58) in (logit eta, log K)
     assert ref.mode[0] == pytest.approx(-6.82, abs=0.05)
     assert ref.mode[1] == pytest.approx(7.58, abs=0.15)
-    fine = quadrature_reference(601, 601)
-    np.testing.assert_allclose(ref.mean, fine.mean, atol=2e-3)
-    np.testing.assert_allclose(ref.sd, fine.sd, rtol=5e-3)
+    # a smooth, fast-decaying integrand: the grid sums converge quickly
+    fine = quadrature_reference(401, 401)
+    np.testing.assert_allclose(ref.mean, fine.mean, atol=1e-6)
+    np.testing.assert_allclose(ref.sd, fine.sd, rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------- grid divergences
