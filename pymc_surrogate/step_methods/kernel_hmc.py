@@ -16,6 +16,7 @@ from pymc_surrogate.step_methods.corrections import CORRECTIONS
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.training import TrainingPolicy
 from pymc_surrogate.surrogates.kernel_exp_family import (
+    SIGMA_GRID,
     KernelExpFamilyFinite,
     KernelExpFamilyLite,
 )
@@ -268,6 +269,24 @@ class KernelHMC(SurrogateStep):
         inputs, whitening = self.context.training_inputs(history[:, :dim], history[:, dim:])
         surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
         fitted = surrogate.fit(inputs)
+        cv = fitted.cv_results_
+        if cv is not None and cv["sigma"].size > 1 and fitted.sigma_ <= cv["sigma"][0] * (1 + 1e-9):
+            # The smallest bandwidth of the grid: on a short autocorrelated history the
+            # held-out blocks favour it with the largest penalty, a near-flat fit (black-box
+            # Gaussian, d = 2: sigma = median / 8, lam at the grid's top, bulk ESS 3 in 1000
+            # draws). The median distance, the usual heuristic, instead; lam still by CV.
+            median = cv["sigma"][0] / SIGMA_GRID[0]
+            fitted = self._make_surrogate(whitening, self.rng.spawn(1)[0],
+                                          **{**settings, "sigma": median}).fit(inputs)
+            cv = fitted.cv_results_
+        if cv is not None and not np.nanmin(cv["score"]) < 0:
+            # f = 0 scores 0: held-out states say the fit is no better than a flat density.
+            # (Contiguous folds of a short, autocorrelated random-walk history: a black-box
+            # Gaussian, d = 2, took sigma = median / 8 with a large penalty, the step size
+            # of trajectories on that near-flat surrogate grew to 1e16, ESS 0.)
+            raise ValueError(
+                "cross-validation found no bandwidth better than a flat surrogate "
+                f"({len(history)} states)")
         chain.kernel.fit_end = len(chain.kernel.states)
         chain.kernel.fitted_on = len(history)
         return fitted
