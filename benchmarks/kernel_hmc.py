@@ -130,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
             dict(draws=5000, tune=1000, chains=2, seed=args.seed))
         rows = _rows(
             "random_effects_pm",
-            lambda exact: make_random_effects(n_importance=2, noisy=not exact),
+            lambda exact: make_random_effects(n_importance=4, noisy=not exact),
             _samplers(pseudo_marginal=True), settings, log,
         )
         meta = {
             "command": COMMAND + (" --quick" if args.quick else "") + f" --seed {args.seed}",
             "model": "Gaussian random effects, 10 groups, theta = (mu, log tau); likelihood "
-                     "estimated by importance sampling with K = 2 draws per group at every "
+                     "estimated by importance sampling with K = 4 draws per group at every "
                      "evaluation (pseudo-marginal); NUTS samples the exact marginal likelihood",
             "settings": ", ".join(f"{k}={v}" for k, v in settings.items()) + ", cores=1",
             "reference": "exact posterior of (mu, log tau) by quadrature on an 801 x 801 grid",
