@@ -6,6 +6,8 @@ import warnings
 
 import numpy as np
 from pymc.stats.convergence import WarningType
+from pymc.step_methods.compound import Competence
+from pymc.vartypes import continuous_types
 
 from pymc_surrogate.core.metropolis import hamiltonian
 from pymc_surrogate.core.transitions import hmc_move
@@ -158,6 +160,14 @@ class VariationalHMC(SurrogateStep):
                 UserWarning,
                 stacklevel=2,
             )
+
+    @staticmethod
+    def competence(var, has_grad):
+        """PyMC's automatic assignment: continuous variables of models with a gradient
+        (a black box needs the explicit ``gradient="finite_difference"``)."""
+        if var.dtype in continuous_types and has_grad:
+            return Competence.COMPATIBLE
+        return Competence.INCOMPATIBLE
 
     def _model_functions(self, model, vars, initial_point, use_gradient, compile_kwargs):
         return ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs,

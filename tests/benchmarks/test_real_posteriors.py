@@ -154,7 +154,9 @@ def test_short_form_command(tmp_path):
     assert "DEMetropolisZ" in text  # added on the black-box ODE posterior
     frame = pd.read_csv(tmp_path / "short.csv")
     ours = frame[frame["sampler"].isin(list(STEP_METHODS))]
-    assert len(ours) == len(SHORT_POSTERIORS) * 2
+    # every step method ran somewhere; gradient learners skip the black-box ODE posterior
+    assert set(ours["sampler"]) == set(STEP_METHODS)
+    assert ours.groupby("posterior").size().min() >= 2
     told = ours.set_index(["posterior", "sampler"])["n_warnings"] > 0
     params = pd.read_csv(tmp_path / "short_parameters.csv")
     params = params[params["sampler"].isin(list(STEP_METHODS))]
