@@ -69,3 +69,19 @@ def test_gaussian_tails_do_not(dim, seed):
                    lambda q: 0.5 * np.sum(q**2, axis=-1), dim, seed)
     assert not check.worthwhile, check
     assert check.acceptance > 0.05  # the jumps would move: it is the tails that say no
+
+
+def test_one_dominant_weight_is_no_evidence_of_heavy_tails():
+    """A "mass" resting on one proposal is 0 or 1 whatever the tails: no jumps (the
+    beta-binomial of vhmc §4.1 got mass 1 this way, and its jumping chains stuck)."""
+    rng = np.random.default_rng(0)
+    states = rng.standard_normal((500, 2))
+    jumps = CauchyJumps(Whitening.from_samples(states, dense=True))
+    proposals = jumps.draw(rng, size=N_TRIALS)
+    far = int(np.argmax(jumps.distance(proposals)))
+    potentials = np.full(N_TRIALS, 50.0)  # every proposal but one weighs ~nothing
+    potentials[far] = 0.0
+    check = assess_tail_jumps(jumps, states, 0.5 * np.sum(states**2, axis=1), proposals, potentials)
+    assert check.mass_beyond > 0.99 and check.acceptance > 0.0
+    assert check.weight_ess < 1.5
+    assert not check.worthwhile
