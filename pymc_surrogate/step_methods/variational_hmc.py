@@ -175,8 +175,15 @@ class VariationalHMC(SurrogateStep):
 
     # ------------------------------------------------------------ the surrogate
     def _make_surrogate(self, whitening: Whitening, random_state, **settings):
+        laplace = self._laplace(self.chain)
+        if laplace is not None and not self.context.dim:
+            # Whitened by the Laplace covariance, a near-Gaussian posterior is isotropic and
+            # a diagonal quadratic base fits it; the training points' spread (exploration
+            # included) leaves correlations only a full quadratic could follow (logistic
+            # regression, d = 50: min ESS 4 of 500 with it).
+            whitening = _laplace_whitening(laplace, whitening)
         return ScoreNetworkSurrogate(
-            **{**self._surrogate_settings, **settings}, laplace=self._laplace(self.chain),
+            **{**self._surrogate_settings, **settings}, laplace=laplace,
             whitening=whitening, random_state=random_state,
         )
 
@@ -313,3 +320,14 @@ class VariationalHMC(SurrogateStep):
         if approximate:
             stats["model_logp"] = np.nan
         return stats
+
+
+def _laplace_whitening(laplace: LaplaceTerm, fallback: Whitening) -> Whitening:
+    """The whitening of ``N(mode, precision^-1)``, or ``fallback`` if it is not finite."""
+    try:
+        chol = np.linalg.cholesky(np.linalg.inv(laplace.precision))
+    except np.linalg.LinAlgError:
+        return fallback
+    if not np.all(np.isfinite(chol)):
+        return fallback
+    return Whitening(np.asarray(laplace.mode, dtype=np.float64), chol)
