@@ -151,7 +151,7 @@ def make_ica(n_obs: int = 5000, n_sources: int = 5, seed: int = 0) -> tuple[pm.M
         Y = pt.dot(pt.constant(X), Wc.T)  # y_n = W x_n, as rows
         # log p(y) = -log cosh(y/2) - log(2 pi); log cosh(z) = logaddexp(z, -z) - log 2
         log_source = -(pt.logaddexp(Y / 2.0, -Y / 2.0) - np.log(2.0)) - np.log(2.0 * np.pi)
-        log_det = pt.log(pt.abs(pt.nlinalg.det(Wc)))
+        log_det = pt.log(pt.abs(pt.linalg.det(Wc)))
         pm.Potential("loglik", n_obs * log_det + pt.sum(log_source))
     info = ModelInfo(
         name="ica",

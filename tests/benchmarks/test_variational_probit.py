@@ -5,8 +5,7 @@ The reference (a 4 x 5000-draw NUTS run, target_accept 0.9, seed 20240601) is ve
 the benchmark's cache (tests/benchmarks/data/variational_probit_reference.json), so the test
 runs offline. The run repeats the benchmark's settings (2 x (1000 + 1000), seed 0): on the
 package versions of the committed row it reproduces its figure; elsewhere the figure moves
-by Monte Carlo error, which the tolerance allows (relative sd of a covariance entry from
-2900 effective draws: about 2%; the committed error is 4.8%).
+by Monte Carlo error, which the tolerance is derived from.
 """
 
 import csv
@@ -20,6 +19,7 @@ import pytest
 
 from benchmarks.models.probit import make_probit_regression
 from pymc_surrogate import VariationalHMC
+from pymc_surrogate.compat import bulk_ess
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "variational_probit.csv"
@@ -52,9 +52,18 @@ def test_free_form_probit_error_is_the_benchmarks():
                               progressbar=False, compute_convergence_checks=False)
     stats = idata.sample_stats
     assert stats.approximate.values.all() and stats.model_evals.values.sum() == 0
-    error = _cov_error(idata.posterior["theta"].values, ref_cov)
+    draws = idata.posterior["theta"].values
+    error = _cov_error(draws, ref_cov)
+    # Monte Carlo error of a sample covariance from n effective draws (Wishart):
+    # E|C - S|_F^2 = sum_ij (S_ii S_jj + S_ij^2) / n; here about 0.045 at n = 2900, and it
+    # dominates: exact VariationalHMC 0.081 and NUTS 0.088 in the same table
+    ess = min(bulk_ess(column) for column in draws.reshape(-1, draws.shape[-1]).T)
+    noise = float(np.sqrt(np.sum(np.outer(np.diag(ref_cov), np.diag(ref_cov)) + ref_cov**2) / ess)
+                  / np.linalg.norm(ref_cov))
     reported = _reported("VariationalHMC:free", "cov_rel_frobenius")
-    assert abs(error - reported) <= 0.5 * reported, (error, reported)
+    # the run and the committed figure are both within the Monte Carlo band (PyMC 5: 0.048
+    # reproduced; PyMC 6's random streams: 0.086); a surrogate 10% too narrow gives about 0.19
+    assert error <= 2.5 * noise and reported <= 2.5 * noise, (error, reported, noise)
     # the issue's claim, from the same table: better than full-rank ADVI, even given 50000
     # iterations (3.5x NUTS's time) rather than NUTS's wall time
     assert error < _reported("ADVI (50000 iterations)", "cov_rel_frobenius")
