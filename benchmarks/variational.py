@@ -115,6 +115,13 @@ def _versions() -> str:
             ["git", "-C", str(_REPO), "rev-parse", "--short", "HEAD"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(_REPO), "status", "--porcelain", "--untracked-files=no", "--",
+             "pymc_surrogate", "benchmarks"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        if dirty:  # other agents edit the package concurrently: say the code was not HEAD's
+            commit += " + uncommitted changes in pymc_surrogate/ or benchmarks/"
     except (OSError, subprocess.CalledProcessError):
         # a `git archive` snapshot (run away from concurrent edits) carries a COMMIT file
         stamp = _REPO / "COMMIT"
