@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from pymc.stats.convergence import WarningType
 
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.state import ChainState
@@ -109,19 +108,6 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
                 return
             chain.surrogate = candidate
             chain.counts.adaptations += 1
-
-    def _online_failed(self, chain: ChainState, err: Exception) -> None:
-        """A numerically broken online update: keep the last good surrogate, stop learning
-        until the next batch fit (recursive least squares can lose positive definiteness
-        on an ill-conditioned basis: 20-d linear inverse problem, condition number 2e8)."""
-        chain.learner = None
-        chain.counts.failed_fits += 1
-        self._warn(
-            chain, WarningType.BAD_PARAMS,
-            f"an online update of the surrogate failed numerically ({err}); keeping the last "
-            "good surrogate (stat `failed_fits`). The draws stay exact.",
-            level="info" if self.tune else "warn",
-        )
 
     def _extra_stats(self, chain: ChainState) -> dict:
         return {"adaptations": chain.counts.adaptations}

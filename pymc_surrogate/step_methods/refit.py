@@ -363,6 +363,20 @@ class Refits:
         states = self._late_tuning_states(chain)[0]
         return _strongly_correlated(states, self.tuning.dense_correlation_margin)
 
+    def _online_failed(self, chain: ChainState, err: Exception) -> None:
+        """A numerically broken online update: keep the last good surrogate, stop learning
+        until the next batch fit (recursive least squares can lose positive definiteness
+        on an ill-conditioned basis: 20-d linear inverse problem, condition number 2e8).
+        Shared by the online learners (AdaptiveSurrogateHMC, VariationalHMC)."""
+        chain.learner = None
+        chain.counts.failed_fits += 1
+        self._warn(
+            chain, WarningType.BAD_PARAMS,
+            f"an online update of the surrogate failed numerically ({err}); keeping the last "
+            "good surrogate (stat `failed_fits`). The draws stay exact.",
+            level="info" if self.tune else "warn",
+        )
+
     def _surrogate_field(self, chain: ChainState):
         """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
         current context."""

@@ -238,14 +238,7 @@ class VariationalHMC(SurrogateStep):
             if not learner.is_finite_:
                 raise FloatingPointError("the updated weights are not finite")
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-            chain.learner = None
-            chain.counts.failed_fits += 1
-            self._warn(
-                chain, WarningType.BAD_PARAMS,
-                f"an online update of the surrogate failed numerically ({err}); keeping the "
-                "last good surrogate until the next fit (stat `failed_fits`).",
-                level="info" if self.tune else "warn",
-            )
+            self._online_failed(chain, err)
             return
         chain.online.updates += 1
 
