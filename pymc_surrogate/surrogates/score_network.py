@@ -12,11 +12,13 @@ from pymc_surrogate.surrogates.online import RecursiveLeastSquares
 from pymc_surrogate.surrogates.quadratic import CURVATURE_FLOOR, positive_definite
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["LaplaceTerm", "ScoreNetworkSurrogate"]
+__all__ = ["FULL_QUADRATIC_DIM", "LaplaceTerm", "ScoreNetworkSurrogate"]
 
 #: Ridge penalty of the linear and quadratic base, relative to the mean squared column:
 #: only there to keep the system positive definite (the base is what must be learnt).
 BASE_PENALTY = 1e-8
+#: ``quadratic="auto"`` is full up to this dimension, diagonal above (whitened coordinates).
+FULL_QUADRATIC_DIM = 10
 
 
 class LaplaceTerm(NamedTuple):
@@ -143,7 +145,7 @@ class ScoreNetworkSurrogate:
         n_equations = keep.size * n_grad
         quadratic = self.quadratic
         if quadratic == "auto":
-            quadratic = "full" if dim <= 10 else "diagonal"
+            quadratic = "full" if dim <= FULL_QUADRATIC_DIM else "diagonal"
         self.polynomial_ = PolynomialFeatures(dim, quadratic)
         n_hidden = self.n_hidden
         if n_hidden == "auto":
