@@ -65,7 +65,7 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(_REPO))
 
-from benchmarks.harness import _PhaseRecorder, load_step_registry  # noqa: E402
+from benchmarks.harness import _PhaseRecorder, load_step_registry, needs_gradient  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
 from benchmarks.models.elliptic_pde import PDEModelInfo, make_pde_model  # noqa: E402
 
@@ -500,11 +500,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         failures: dict[str, str] = {}
         for name in samplers:
             tune, draws = _iterations(name, args)
-            if name == "NUTS":
-                model, model_info, cls = adjoint, adjoint_info, None
+            cls = None if name == "NUTS" else registry_classes.get(name) or getattr(pm, name)
+            if cls is None or needs_gradient(cls, blackbox):
+                # NUTS, and step methods that learn from gradients (VariationalHMC), get the
+                # adjoint gradient: the same posterior
+                model, model_info = adjoint, adjoint_info
             else:
                 model, model_info = blackbox, info
-                cls = registry_classes.get(name) or getattr(pm, name)
             print(f"  {name:<22} tune={tune} draws={draws} ...", end="", flush=True)
             start = time.perf_counter()
             try:
