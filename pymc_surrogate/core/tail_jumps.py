@@ -78,16 +78,27 @@ def independence_acceptance(
     return float(np.mean(np.exp(np.minimum(log_ratio, 0.0))))
 
 
-def mass_beyond(
-    jumps: CauchyJumps, proposals: np.ndarray, proposal_potentials: np.ndarray, radius: float
-) -> float:
-    """Self-normalised importance estimate, from proposals of ``jumps``, of the posterior
-    mass at whitened distance above ``radius``."""
+def _normalised_weights(
+    jumps: CauchyJumps, proposals: np.ndarray, proposal_potentials: np.ndarray
+) -> np.ndarray:
+    """Self-normalised importance weights ``pi / g`` of the proposals (zeros if none is finite)."""
     log_w = jumps.log_weights(proposals, proposal_potentials)
     if not np.any(np.isfinite(log_w)):
-        return 0.0
+        return np.zeros(log_w.shape)
     weights = np.exp(log_w - np.max(log_w))
-    return float(np.sum(weights[jumps.distance(proposals) > radius]) / np.sum(weights))
+    return weights / np.sum(weights)
+
+
+def mass_beyond(
+    jumps: CauchyJumps, proposals: np.ndarray, proposal_potentials: np.ndarray, radius: float,
+    weights: np.ndarray | None = None,
+) -> float:
+    """Self-normalised importance estimate, from proposals of ``jumps``, of the posterior
+    mass at whitened distance above ``radius`` (``weights``: the proposals' normalised
+    importance weights, if already computed)."""
+    if weights is None:
+        weights = _normalised_weights(jumps, proposals, proposal_potentials)
+    return float(np.sum(weights[jumps.distance(proposals) > radius]))
 
 
 @dataclass(frozen=True)
@@ -132,9 +143,9 @@ def assess_tail_jumps(
     acceptance = independence_acceptance(
         jumps, states, state_potentials, proposals, proposal_potentials
     )
-    mass = mass_beyond(jumps, proposals, proposal_potentials, reach_factor * reach)
-    log_w = jumps.log_weights(proposals, proposal_potentials)
-    weights = np.exp(log_w - np.max(log_w)) if np.any(np.isfinite(log_w)) else np.zeros(1)
-    weight_ess = float(weights.sum() ** 2 / max(float(np.sum(weights**2)), 1e-300))
+    weights = _normalised_weights(jumps, proposals, proposal_potentials)
+    mass = mass_beyond(jumps, proposals, proposal_potentials, reach_factor * reach, weights)
+    # Kish: (sum w)^2 / sum w^2 with sum w = 1 (0 when no weight is finite)
+    weight_ess = float(1.0 / np.sum(weights**2)) if np.any(weights) else 0.0
     worthwhile = mass >= min_mass and acceptance >= min_acceptance and weight_ess >= min_weight_ess
     return TailJumpCheck(acceptance, mass, worthwhile, weight_ess)

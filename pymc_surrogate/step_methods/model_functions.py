@@ -127,10 +127,11 @@ class ModelFunctions:
         q = np.asarray(q, dtype=np.float64)
         steps = FINITE_DIFFERENCE_STEP * np.maximum(1.0, np.abs(q))
         grad = np.empty(q.size)
+        shifted = q.copy()
         for i, h in enumerate(steps):
-            shifted = q.copy()
             shifted[i] = q[i] + h
             upper = self.logp(shifted)
             shifted[i] = q[i] - h
             grad[i] = (upper - self.logp(shifted)) / (2.0 * h)
+            shifted[i] = q[i]
         return self.logp(q), grad

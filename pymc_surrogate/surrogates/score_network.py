@@ -166,6 +166,11 @@ class ScoreNetworkSurrogate:
         residual = targets - rows @ self.learner_.coef
         norm = float(np.linalg.norm(targets))
         self.training_error_ = float(np.linalg.norm(residual) / norm) if norm > 0 else 0.0
+        # The whitening folded into the nodes once: only the weights change after this.
+        self._inv_chol = whitening.inverse_chol()
+        self._mean = whitening.mean
+        self._node_weights = self.hidden_.weights @ self._inv_chol
+        self._node_offsets = self.hidden_.offsets - self._node_weights @ self._mean
         self._set_coefficients(self.learner_.coef, self.n_seen_)
         return self
 
@@ -220,22 +225,20 @@ class ScoreNetworkSurrogate:
 
     # --------------------------------------------------------------- prediction
     def _set_coefficients(self, coef: np.ndarray, n_seen: int) -> None:
-        """Fold the whitening into the weights, so prediction costs a few mat-vecs."""
+        """Fold the whitening into the base's weights (after every update), so prediction
+        costs a few mat-vecs."""
         self.coef_ = np.array(coef, dtype=np.float64)
         self.mu_ = 1.0 - np.exp(-n_seen / self.tau_) if self.laplace is not None else 1.0
         polynomial, d = self.polynomial_, self.polynomial_.dim
         n_base = polynomial.size - 1
         full = np.concatenate([[0.0], self.coef_[:n_base]])
-        inv_chol = self.whitening_.inverse_chol()
+        inv_chol = self._inv_chol
         quad = polynomial.quadratic_matrix(full)
         if polynomial.quadratic != "none":
             # trajectories must not run off along a direction the fit bent negative
             quad = positive_definite(0.5 * (quad + quad.T), absolute_floor=CURVATURE_FLOOR)
-        self._mean = self.whitening_.mean
         self._linear = inv_chol.T @ full[1 : 1 + d]
         self._quadratic = inv_chol.T @ quad @ inv_chol
-        self._node_weights = self.hidden_.weights @ inv_chol
-        self._node_offsets = self.hidden_.offsets - self._node_weights @ self._mean
         self._node_coef = self.coef_[n_base:]
         self.is_finite_ = bool(np.all(np.isfinite(self.coef_)))
 
