@@ -85,3 +85,21 @@ def test_sampler_subset_and_kwargs(showcase, tmp_path):
     assert table.loc["DEMetropolisZ", "draws"] == 80 and table.loc["DEMetropolisZ", "tune"] == 100
     assert table.loc["SurrogateHMC", "draws"] == 60
     assert np.isnan(table["mean_err"]).all()  # no NUTS reference in this run
+
+
+def test_default_size_survives_the_first_tuning_iterations():
+    """The README's demo command at its default size (d = 20, 30x30 mesh, seed 2024):
+    ``--quick`` missed that the black-box exploration's early Laplace probe, a quadratic
+    extrapolated far beyond its points, sent chain 2 to theta ~ 4e5 at tuning iteration 78,
+    where the PDE solver raises ("Factor is exactly singular"). The first 120 tuning
+    iterations of both chains, as the demo runs them (tens of seconds)."""
+    import pymc as pm
+
+    from benchmarks.models.elliptic_pde import make_pde_model
+    from pymc_surrogate import SurrogateHMC
+
+    model, _ = make_pde_model(n_modes=20, mesh_size=30, gradient=False)
+    with model:
+        idata = pm.sample(tune=120, draws=5, chains=2, cores=1, random_seed=2024,
+                          step=SurrogateHMC(), progressbar=False, compute_convergence_checks=False)
+    assert np.all(np.abs(idata.posterior["theta"].values) < 10)  # prior N(0, 1) per mode

@@ -100,3 +100,23 @@ def test_newton_step_and_covariance_of_a_ridge():
     whitened = np.linalg.solve(chol, np.linalg.solve(chol, gaussian.cov).T)
     np.testing.assert_allclose(np.linalg.eigvalsh(whitened), 1.0, atol=1e-3)
     assert laplace_at(start, np.zeros(2), -precision) is None
+
+
+def test_a_far_extrapolated_fit_stays_in_its_trust_region():
+    """Points spread 0.1 around the origin, a quadratic whose minimum lies 1e4 away along a
+    nearly flat direction: the fit is exact, but the Gaussian returned keeps its mean within
+    ``TRUST_FACTOR`` times the points' radius and its sds within ``TRUST_FACTOR`` times their
+    sds (the 20-d PDE showcase's early fit sent the chain to 4e5, where the solver fails)."""
+    from pymc_surrogate.surrogates.laplace import TRUST_FACTOR
+
+    dim = 3
+    rng = np.random.default_rng(5)
+    points = 0.1 * rng.standard_normal((60, dim))
+    mode = np.array([1e4, 0.0, 0.0])
+    curvature = np.array([1e-6, 1.0, 1.0])
+    gaussian = laplace_from_values(points, 0.5 * (points - mode) ** 2 @ curvature)
+    spread = points.std(axis=0)
+    radius = np.max(np.linalg.norm((points - points.mean(axis=0)) / spread, axis=1))
+    assert np.max(np.abs(gaussian.mean)) <= 1.01 * TRUST_FACTOR * radius * spread.max()
+    assert np.all(np.sqrt(np.linalg.eigvalsh(gaussian.cov)) <= 1.01 * TRUST_FACTOR * spread.max())
+    assert gaussian.mean[0] > points[:, 0].mean()  # toward the minimum, only damped
