@@ -57,8 +57,9 @@ class VariationalHMC(SurrogateStep):
         evaluations per training point, counted in ``model_evals``).
     n_hidden : int or "auto"
         Random softplus nodes ``s``.
-    alpha : float
-        Ridge penalty ``lambda`` of the node weights (relative to the mean squared column).
+    alpha : float or "auto"
+        Ridge penalty ``lambda`` of the node weights (relative to their columns' squared
+        norms); "auto": chosen by generalised cross-validation at each batch fit.
     tau : float or "auto"
         Laplace blend ``mu_t = 1 - exp(-t / tau)``, ``t`` the gradients learnt.
     t0 : "tune" or int
@@ -112,7 +113,7 @@ class VariationalHMC(SurrogateStep):
         exact: bool = True,
         gradient: str = "model",
         n_hidden: int | str = "auto",
-        alpha: float = 1e-4,
+        alpha: float | str = "auto",
         tau: float | str = "auto",
         t0: int | str = "tune",
         stop_error: float | None = None,

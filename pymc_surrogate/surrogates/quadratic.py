@@ -87,7 +87,8 @@ def fit_proper(
 
 
 def condition_on_proper_quadratic(
-    polynomial: PolynomialFeatures, coef: np.ndarray, learner: RecursiveLeastSquares
+    polynomial: PolynomialFeatures, coef: np.ndarray, learner: RecursiveLeastSquares,
+    intercept: bool = True,
 ) -> np.ndarray:
     """Minimise the learner's least-squares objective with the quadratic block clipped.
 
@@ -96,11 +97,14 @@ def condition_on_proper_quadratic(
     ``q`` moves the rest by ``-A_rr^{-1} A_rq (q - coef_q)``: a solve with the small
     block of the other weights, not with the quadratic one (d = 50: 251 against 1275
     columns; the latter, at every adaptation, was 3/4 of AdaptiveSurrogateHMC's time).
+    ``intercept=False``: ``coef`` and the learner have no intercept column (a fit to
+    gradients alone).
     """
-    proper = proper_quadratic(polynomial, coef)
+    offset = 0 if intercept else 1
+    proper = proper_quadratic(polynomial, coef if intercept else np.concatenate([[0.0], coef]))
     if proper is None:
         return coef
-    quad = np.arange(1 + polynomial.dim, polynomial.size)
+    quad = np.arange(1 + polynomial.dim, polynomial.size) - offset
     rest = np.setdiff1d(np.arange(coef.size), quad)
     scale = learner.column_scale
     precision = learner.precision
