@@ -279,7 +279,7 @@ def run_sampler(
     solves = n_forward + n_adjoint
     row = {
         "sampler": name,
-        "model": "adjoint" if step_cls is None else "black-box",
+        "model": "adjoint" if n_adjoint else "black-box",  # NUTS and gradient learners
         "tune": tune,
         "draws": draws,
         "wall_s": wall,
