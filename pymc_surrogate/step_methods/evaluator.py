@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import traceback
+
 import numpy as np
 from pymc.exceptions import SamplingError
 
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
 
-__all__ = ["Evaluator", "ModelEvaluationError"]
+__all__ = ["Evaluator", "ModelEvaluationError", "ModelFailure"]
+
+
+class ModelFailure(Exception):
+    """The model's own error, as the text of its traceback (picklable whatever it held)."""
 
 
 class Evaluator:
@@ -40,6 +46,7 @@ class Evaluator:
         """The true potential (and gradient) at ``q``, counted in ``chain``."""
         q = self.functions.representable(q)
         phase = "tune" if tune else "draw"
+        failure = None
         try:
             if with_grad:
                 logp, grad = self.functions.logp_and_grad(q)
@@ -49,12 +56,19 @@ class Evaluator:
             else:
                 logp = self.functions.logp(q)
                 potential, grad_u = -logp, None
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any model failure, reported below
+            failure = err
+        if failure is not None:
+            # Raised outside the handler, with the model's error as text: PyTensor attaches
+            # the Apply node (and so the user's Op) to its errors, and once tblib's pickling
+            # support is installed (importing dask.distributed does it) a worker process
+            # pickles the whole cause chain; an Op that does not pickle then turned our
+            # message into "Connection reset by peer" under cores > 1.
             raise ModelEvaluationError(
                 f"{self.owner}: the model's logp raised at sampler iteration "
                 f"{chain.iteration} ({phase} phase) at {self.describe(q)}: "
-                f"{type(err).__name__}: {err}"
-            ) from err
+                f"{type(failure).__name__}: {failure}"
+            ) from ModelFailure("".join(traceback.format_exception(failure)))
         chain.counts.logp_evals += 1
         if potential == -np.inf:
             # Accepted, such a point would absorb the chain: every proposal loses against it.

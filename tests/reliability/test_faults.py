@@ -150,6 +150,23 @@ def test_op_error_surfaces_from_worker_processes(step):
     assert re.search(r"\b(iteration|draw)\b\D{0,20}\d+", text)
 
 
+def test_op_error_pickles_with_its_cause_chain(step):
+    """Importing dask.distributed installs tblib's pickling of exception chains; a worker
+    then pickles our error *with its causes*, and PyTensor's error held the user's Op (a
+    local function here): the parent saw "Connection reset by peer" instead of the message.
+    The chain must pickle whatever the model's Op holds."""
+    import pickle
+
+    pickling_support = pytest.importorskip("tblib.pickling_support")
+    with pm.Model():
+        _fragile_model(gradient=False)
+        with pytest.raises(Exception) as info:
+            sample(black_box_step(step), chains=1, tune=300, draws=3000)
+    pickling_support.install(info.value)  # for the classes in this chain only
+    restored = pickle.loads(pickle.dumps(info.value))
+    assert MESSAGE in _messages(restored)
+
+
 # ------------------------------------------------------- degenerate training data
 def _flat_box():
     """Uniform(0, 1)^2 with no transform: every finite logp value is the same constant,
