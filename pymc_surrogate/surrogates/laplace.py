@@ -27,11 +27,12 @@ MIN_POINTS_PER_COEFFICIENT = 1.2
 MAX_FULL_COEFFICIENTS = 600
 #: Eigenvalues of the fitted Hessian below this share of the largest are not trusted.
 RELATIVE_CURVATURE_FLOOR = 1e-12
-#: Trust region of a fit from values, in units of the fitted points' own spread: the
-#: Gaussian's mean lies within this many times the points' radius of their centre and its
-#: sds are at most this many times their sds. A quadratic extrapolated far beyond its data
-#: is a guess: on the 20-d PDE showcase an early diagonal fit put its mean at 4e5 (points
-#: spread 1.4), where the PDE solver fails ("Factor is exactly singular").
+#: Trust region of a fit from values, in units of the spread of all the points evaluated
+#: (not only the lowest ones the fit uses, which cluster at the mode): the Gaussian's mean
+#: lies within this many times their radius of their centre, and its sds are at most this
+#: many times their sds. A quadratic extrapolated far beyond its data is a guess: on the
+#: 20-d PDE showcase an early diagonal fit put its mean at 4e5 (points spread 1.4), where
+#: the PDE solver fails ("Factor is exactly singular").
 TRUST_FACTOR = 2.0
 
 
@@ -102,9 +103,25 @@ def laplace_from_values(positions: np.ndarray, potentials: np.ndarray) -> Gaussi
     if not np.all(np.isfinite(coef)):
         return None
     hessian = polynomial.quadratic_matrix(coef)
-    radius = TRUST_FACTOR * float(np.max(np.linalg.norm(x, axis=1)))
-    return _gaussian(hessian, coef[1 : 1 + dim], whitening, level,
-                     max_radius=radius, max_sd=TRUST_FACTOR)
+    gaussian = _gaussian(hessian, coef[1 : 1 + dim], whitening, level)
+    return None if gaussian is None else _within_trust_region(gaussian, positions)
+
+
+def _within_trust_region(gaussian: Gaussian, positions: np.ndarray) -> Gaussian:
+    """``gaussian`` with its mean and sds held to ``TRUST_FACTOR`` times the spread of
+    ``positions``, in the coordinates where those are white."""
+    cloud = Whitening.from_samples(positions, dense=positions.shape[0] > positions.shape[1])
+    radius = TRUST_FACTOR * float(np.max(np.linalg.norm(cloud.to_white(positions), axis=1)))
+    mean_white = cloud.to_white(gaussian.mean[None])[0]
+    norm = float(np.linalg.norm(mean_white))
+    if norm > radius:
+        mean_white *= radius / norm
+    inv_chol = cloud.inverse_chol()
+    vals, vecs = np.linalg.eigh(inv_chol @ gaussian.cov @ inv_chol.T)
+    cov_white = (vecs * np.minimum(vals, TRUST_FACTOR**2)) @ vecs.T
+    chol = cloud.chol if cloud.dense else np.diag(cloud.chol)
+    cov = chol @ cov_white @ chol.T
+    return Gaussian(cloud.from_white(mean_white[None])[0], 0.5 * (cov + cov.T), gaussian.quadratic)
 
 
 def laplace_at(q: np.ndarray, grad: np.ndarray, hessian: np.ndarray) -> Gaussian | None:
@@ -141,23 +158,17 @@ def laplace_at(q: np.ndarray, grad: np.ndarray, hessian: np.ndarray) -> Gaussian
     return _gaussian(hessian * np.outer(scale, scale), scale * grad, Whitening(q, scale), "full")
 
 
-def _gaussian(hessian: np.ndarray, linear: np.ndarray, whitening: Whitening, level: str,
-              max_radius: float = np.inf, max_sd: float = np.inf) -> Gaussian | None:
+def _gaussian(hessian: np.ndarray, linear: np.ndarray, whitening: Whitening,
+              level: str) -> Gaussian | None:
     """``N(-A^-1 b, A^-1)`` for ``U(x) = b.x + x^T A x / 2`` in ``whitening``'s
-    coordinates, mapped back; curvatures below the trusted floor are raised to it.
-
-    In those coordinates the mean is pulled back to norm ``max_radius`` and the sds are
-    capped at ``max_sd`` (a trust region; infinite by default)."""
+    coordinates, mapped back; curvatures below the trusted floor are raised to it."""
     vals, vecs = np.linalg.eigh(hessian)
     if not np.all(np.isfinite(vals)) or vals.max() <= 0:
         return None
     trusted = vals[vals > RELATIVE_CURVATURE_FLOOR * vals.max()]
-    vals = np.maximum(vals, max(trusted.min(), max_sd**-2))
+    vals = np.maximum(vals, trusted.min())
     cov_white = (vecs / vals) @ vecs.T
     mode_white = -cov_white @ linear
-    norm = float(np.linalg.norm(mode_white))
-    if norm > max_radius:
-        mode_white *= max_radius / norm
     chol = whitening.chol if whitening.dense else np.diag(whitening.chol)
     cov = chol @ cov_white @ chol.T
     cov = 0.5 * (cov + cov.T)
