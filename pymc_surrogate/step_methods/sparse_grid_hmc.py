@@ -34,6 +34,9 @@ __all__ = ["SparseGridHMC", "GridPrecomputeError"]
 
 GRIDS = ("auto", "smolyak", "naive")
 SERIAL = ("serial", None)
+#: executor="auto" evaluates the grid in worker processes only past this many seconds of
+#: serial evaluation: spawning workers and compiling the model in each costs seconds.
+PARALLEL_AFTER = 10.0
 
 
 class GridPrecomputeError(RuntimeError):
@@ -77,10 +80,13 @@ class SparseGridHMC(SurrogateStep):
         within ``max_nodes``.
     max_nodes : int
         Budget of model evaluations for the grid (default 1000): a finer level raises.
-    executor : "process", "serial", None or an Executor
-        Where the node evaluations run. "process" (default): a ``ProcessPoolExecutor`` of
-        ``max_workers`` processes (spawn), created and shut down here; "serial" or None:
-        in this process; or any object with ``submit`` (or ``map``), e.g.
+    executor : "auto", "process", "serial", None or an Executor
+        Where the node evaluations run. "auto" (default): "process" when the grid would take
+        more than ``PARALLEL_AFTER`` seconds (10) in this process, judged from one timed
+        logp, else "serial" (starting worker processes costs seconds: a cheap model is
+        faster here). "process": a ``ProcessPoolExecutor`` of ``max_workers`` processes
+        (spawn), created and shut down here; "serial" or None: in this process; or any
+        object with ``submit`` (or ``map``), e.g.
         ``distributed.Client(...).get_executor()``. Remote evaluation pickles the model
         (cloudpickle); a failed node is retried once, then reported with its coordinates.
     max_workers : int, optional
@@ -108,9 +114,13 @@ class SparseGridHMC(SurrogateStep):
     domain a gradient model's trajectories use its exact potential and gradient (counted
     in ``model_evals``); a black box has no gradient there, and its trajectories follow
     the interpolant continued linearly from the nearest face plus the Gaussian's
-    quadratic pull back into the box, which the true-logp correction keeps exact. The
+    quadratic pull back into the box, which the true-logp correction keeps exact. Nodes
+    where the logp is -inf or NaN (a truncation or constraint inside the box) are outside
+    the support: the interpolant gets a wall there and the correction rejects what crosses
+    it; a node whose evaluation *raises* is a failure (retried once, then reported). The
     precompute's cost is in ``precompute_`` (``nodes``, ``model_evals``, ``seconds``,
-    ``retried``). Stats beyond ``SurrogateHMC``'s: ``approximate``, ``in_domain``.
+    ``retried``, ``outside_support``). Stats beyond ``SurrogateHMC``'s: ``approximate``,
+    ``in_domain``.
 
     References
     ----------
@@ -150,7 +160,7 @@ class SparseGridHMC(SurrogateStep):
         kind: str = "auto",
         level: int | str = "auto",
         max_nodes: int = 1000,
-        executor="process",
+        executor="auto",
         max_workers: int | None = None,
         progressbar: bool = True,
         exact: bool = True,
@@ -174,10 +184,10 @@ class SparseGridHMC(SurrogateStep):
             raise ValueError(f"level must be a non-negative integer or 'auto'; got {level!r}.")
         if max_workers is not None and (not isinstance(max_workers, int | np.integer) or max_workers < 1):
             raise ValueError(f"max_workers must be None or a positive integer; got {max_workers!r}.")
-        if not (executor in SERIAL or executor == "process" or hasattr(executor, "submit")
-                or hasattr(executor, "map")):
+        if not (executor in SERIAL or executor in ("auto", "process")
+                or hasattr(executor, "submit") or hasattr(executor, "map")):
             raise ValueError(
-                "executor must be 'process', 'serial', None, or an object with submit or map "
+                "executor must be 'auto', 'process', 'serial', None, or an object with submit or map "
                 f"(a concurrent.futures.Executor, a Dask client's get_executor()); got {executor!r}."
             )
         given = [name for name, value in (("grid", grid), ("bounds", bounds)) if value is not None]
@@ -228,10 +238,12 @@ class SparseGridHMC(SurrogateStep):
                     "cost does not grow with a grid."
                 ) from err
             potentials, retried = self._precompute(nodes)
+            potentials, outside_support = _wall_off_zero_density(potentials, nodes)
             self.grid_.fit(nodes, potentials)
             self.precompute_ = {"nodes": int(nodes.shape[0]), "laplace_evals": laplace_evals,
                                 "model_evals": int(nodes.shape[0]) + retried + laplace_evals,
-                                "seconds": time.perf_counter() - started, "retried": retried}
+                                "seconds": time.perf_counter() - started, "retried": retried,
+                                "outside_support": outside_support}
         if save_grid is not None:
             self.precompute_["saved"] = self.grid_.save(save_grid)
         self._box_gaussian()
@@ -359,13 +371,13 @@ class SparseGridHMC(SurrogateStep):
     def _precompute(self, nodes: np.ndarray) -> tuple[np.ndarray, int]:
         """``U`` at every node, through the executor; each failed node retried once."""
         n = nodes.shape[0]
-        if self.executor in SERIAL:
+        executor = self._resolve_executor(nodes)
+        if executor in SERIAL:
             function, close = _LocalLogp(self.functions), None
             run = _serial_runner(function)
         else:
             function = _NodeLogp.from_model(self._model, self.vars)
             close = None
-            executor = self.executor
             if executor == "process":
                 workers = self.max_workers or os.cpu_count() or 1
                 executor = ProcessPoolExecutor(
@@ -373,7 +385,7 @@ class SparseGridHMC(SurrogateStep):
                 )
                 close = executor
             run = _executor_runner(executor, function)
-        chunks = _chunks(n, self._chunk_size(n))
+        chunks = _chunks(n, self._chunk_size(n, executor))
         values = np.full(n, np.nan)
         errors: dict[int, str] = {}
         try:
@@ -408,8 +420,20 @@ class SparseGridHMC(SurrogateStep):
             )
         return -values, len(retried)
 
-    def _chunk_size(self, n: int) -> int:
-        if self.executor in SERIAL:
+    def _resolve_executor(self, nodes: np.ndarray):
+        """``executor="auto"``: serial unless one timed logp says the grid takes long."""
+        if self.executor != "auto":
+            return self.executor
+        started = time.perf_counter()
+        try:
+            self.functions.logp(nodes[0])
+        except Exception:  # noqa: BLE001 - the precompute reports failed nodes itself
+            pass
+        seconds = time.perf_counter() - started
+        return "process" if seconds * nodes.shape[0] > PARALLEL_AFTER else "serial"
+
+    def _chunk_size(self, n: int, executor) -> int:
+        if executor in SERIAL:
             return max(1, n)
         workers = self.max_workers or os.cpu_count() or 1
         return max(1, int(np.ceil(n / (4 * workers))))
@@ -436,14 +460,19 @@ class SparseGridHMC(SurrogateStep):
         return self.grid_
 
     def _warm_up(self, chain, chain_scale, field, initial_step, n_samples=0):
-        return super()._warm_up(chain, chain_scale, self._surrogate_field(chain),
+        # The step size and metric are tuned on the grid alone: its continuation outside
+        # the box, never the model (an adjoint PDE's warm-up otherwise spent thousands of
+        # solves on trajectories that leave the box).
+        return super()._warm_up(chain, chain_scale,
+                                self._surrogate_field(chain, model_outside=False),
                                 initial_step, n_samples)
 
-    def _surrogate_field(self, chain: ChainState):
-        """eq. 3.11: the interpolant inside the domain, the true model outside (a black box:
-        the face's linear continuation plus a quadratic pull back into the box)."""
+    def _surrogate_field(self, chain: ChainState, model_outside: bool = True):
+        """eq. 3.11: the interpolant inside the domain, the true model outside (a black box,
+        or ``model_outside=False``: the face's linear continuation plus a quadratic pull back
+        into the box)."""
         grid = chain.surrogate
-        if self.has_gradient:
+        if self.has_gradient and model_outside:
             def outside(q):
                 point = self._evaluate(chain, q, with_grad=True, record=False)
                 return point.potential, point.grad
@@ -539,7 +568,7 @@ class SparseGridHMC(SurrogateStep):
         # The default process pool is made per precompute, never kept; a user's executor
         # (a Dask client's) need not pickle into the sampling processes.
         state = self.__dict__.copy()
-        if state.get("executor") not in (*SERIAL, "process"):
+        if state.get("executor") not in (*SERIAL, "auto", "process"):
             state["executor"] = None
         return state
 
@@ -558,11 +587,31 @@ def _evaluate_rows(logp, nodes: np.ndarray) -> list[tuple[float, str | None]]:
         except Exception as err:  # noqa: BLE001 - reported with the node's coordinates
             out.append((np.nan, f"{type(err).__name__}: {err}"))
             continue
-        if not np.isfinite(value):
-            out.append((np.nan, f"logp = {value}"))
+        if value == np.inf:
+            out.append((np.nan, "logp = +inf (an infinite density: fix the model there)"))
         else:
-            out.append((value, None))
+            out.append((value, None))  # -inf / NaN: outside the support, not a failure
     return out
+
+
+def _wall_off_zero_density(potentials: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Nodes where the logp is -inf or NaN lie outside the posterior's support (a truncation,
+    a constraint): the interpolant gets a wall there, the largest finite potential plus its
+    range, so trajectories turn back; the true-logp correction rejects any end point past it.
+    """
+    support = np.isfinite(potentials)
+    if support.all():
+        return potentials, 0
+    if not support.any():
+        raise GridPrecomputeError(
+            f"SparseGridHMC: the model's logp is -inf or NaN at all {nodes.shape[0]} grid "
+            "nodes: the domain misses the posterior. Give it yourself (bounds=, or mean= and "
+            "cov=) where the logp is finite."
+        )
+    finite = potentials[support]
+    walled = potentials.copy()
+    walled[~support] = finite.max() + max(1.0, float(np.ptp(finite)))
+    return walled, int((~support).sum())
 
 
 class _LocalLogp:

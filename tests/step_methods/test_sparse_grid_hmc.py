@@ -195,6 +195,54 @@ def test_a_node_that_fails_twice_is_reported_with_its_coordinates():
             SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=50, **QUIET)
 
 
+class TruncatedLogp(Op):
+    """log N(x; 0, I), and ``outside`` (-inf or NaN) wherever x[0] > 1: a truncation."""
+
+    __props__ = ("outside",)
+
+    def __init__(self, outside):
+        self.outside = outside
+
+    def make_node(self, x):
+        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+    def perform(self, node, inputs, outputs):
+        x = inputs[0]
+        outputs[0][0] = np.asarray(self.outside if x[0] > 1.0 else -0.5 * x @ x)
+
+
+@pytest.mark.parametrize("black_box", [True, False], ids=["black_box", "gradient"])
+@pytest.mark.parametrize("outside", [-np.inf, np.nan], ids=["-inf", "nan"])
+def test_a_truncation_inside_the_box_is_walled_off_and_sampled_exactly(outside, black_box):
+    # Before: every node past the truncation counted as a failed evaluation, and the
+    # precompute raised GridPrecomputeError (248 of 961 nodes).
+    from scipy.stats import truncnorm
+
+    with pm.Model():
+        if black_box:
+            x = pm.Flat("x", shape=2, initval=np.array([-0.5, 0.0]))
+            pm.Potential("lik", TruncatedLogp(outside)(x))
+        else:
+            x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([-0.5, 0.0]))
+            pm.Potential("cut", pt.switch(x[0] > 1.0, outside, 0.0))
+        step = SparseGridHMC(bounds=(-4.0, 4.0), max_nodes=500, rng=3, **QUIET)
+        assert step.precompute_["outside_support"] > 0
+        idata = pm.sample(draws=1500, tune=500, step=step, random_seed=3,
+                          **{**SAMPLE, "chains": 2})
+    draws = _draws(idata)
+    assert draws[:, 0].max() <= 1.0
+    cut = truncnorm(-np.inf, 1.0)
+    _assert_moments(draws, [cut.mean(), 0.0], [cut.std(), 1.0])
+
+
+def test_a_domain_where_the_logp_is_nowhere_finite_is_named():
+    with pm.Model():
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        pm.Potential("lik", TruncatedLogp(-np.inf)(x))
+        with pytest.raises(GridPrecomputeError, match="-inf or NaN at all"):
+            SparseGridHMC(bounds=(2.0, 3.0), max_nodes=50, **QUIET)
+
+
 class LockedLogp(FlakyLogp):
     """Holds a lock, as an Op holding a solver or client handle: it does not pickle."""
 
