@@ -211,6 +211,7 @@ class SparseGridHMC(SurrogateStep):
         self.max_workers = max_workers
         self.progressbar = progressbar
         self.grid_ = None
+        self._start_at_centre = grid is None and bounds is None
         if not self.exact:
             kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
         super().__init__(vars, **kwargs)
@@ -286,6 +287,9 @@ class SparseGridHMC(SurrogateStep):
         evals = 0
         if mean is None:
             mean, cov, evals = self._laplace()
+            cov, checked = self._secant_scales(np.asarray(mean, dtype=np.float64),
+                                               np.asarray(cov, dtype=np.float64))
+            evals += checked
         mean = np.asarray(mean, dtype=np.float64).reshape(-1)
         cov = np.asarray(cov, dtype=np.float64)
         if mean.shape != (self.dim,) or cov.shape != (self.dim, self.dim):
@@ -344,6 +348,37 @@ class SparseGridHMC(SurrogateStep):
             f"{steps} exploration steps gave no usable covariance. Give the domain yourself "
             "(bounds=(lower, upper), or mean= and cov=), or raise explore_steps."
         )
+
+    def _secant_scales(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
+        """The Laplace covariance's scale along each principal axis, measured by the model.
+
+        ``U`` at ``mean +- k sd`` along each axis (2d + 1 evaluations): a Gaussian of that sd
+        rises by ``k^2 / 2`` there, the posterior by ``dU``; the secant sd ``k sd /
+        sqrt(2 dU)`` is exact for a Gaussian and follows a skewed or curved posterior's
+        spread at the box's edge. The black-box probe's covariance is capped by the spread
+        of a short random walk (a conjugate regression: sd 0.114 where the posterior's is
+        0.24, and a box of +-1.4 posterior sds). Sds only grow, by at most 4x: along axes
+        that are not the posterior's principal axes the secant measures a conditional sd,
+        smaller than the marginal one, and a box too narrow is what strands a chain outside
+        it. An axis whose rise is not positive and finite keeps its sd.
+        """
+        lam, axes = np.linalg.eigh(0.5 * (cov + cov.T))
+        if not np.all(lam > 0):
+            return cov, 0
+        sd = np.sqrt(lam)
+        centre = -float(self.functions.logp(mean))
+        if not np.isfinite(centre):
+            return cov, 1
+        rises = np.full(self.dim, np.nan)
+        for i in range(self.dim):
+            ends = [-float(self.functions.logp(mean + sign * self.k * sd[i] * axes[:, i]))
+                    for sign in (-1.0, 1.0)]
+            rises[i] = np.mean(ends) - centre
+        fine = np.isfinite(rises) & (rises > 0)
+        ratio = np.ones(self.dim)
+        ratio[fine] = np.clip(self.k / np.sqrt(2.0 * rises[fine]), 1.0, 4.0)
+        scaled = axes * (sd * ratio)
+        return scaled @ scaled.T, 1 + 2 * self.dim
 
     def _start_point(self) -> np.ndarray:
         point = self._model.initial_point()
@@ -541,6 +576,14 @@ class SparseGridHMC(SurrogateStep):
         return self._evaluate(chain, q, with_grad=False, record=False).potential
 
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
+        if (self.tune and chain.iteration == 0 and self._start_at_centre
+                and not self.grid_.contains(q)):
+            # Tuning starts at the Laplace mean (a mode estimate), as the skeleton's climb
+            # to the mode does: from PyMC's initial point far outside the box a black box's
+            # chain crawled on the continuation (conjugate regression: step size 1e-4,
+            # never in the box in 1800 iterations). Not for a box given as bounds: its
+            # centre need not be anywhere near the posterior.
+            q = self.box_mean_.copy()
         if not self._approximate(chain):
             return super()._current_point(chain, q)
         if chain.current is not None and chain.current_key == self.evaluator.key(q):

@@ -316,3 +316,24 @@ def test_a_gradient_models_field_is_continuous_across_the_faces_and_its_gradient
     far = np.array([4.0, -4.0])  # beyond the blend: the model itself
     model_value = -step.functions.logp(far)
     assert field(far)[0] == pytest.approx(model_value)
+
+
+def test_a_black_box_domain_is_widened_to_the_posteriors_scale_and_tuning_starts_inside():
+    # The black-box probe's covariance is capped by a short random walk's spread: the box
+    # had sd 0.114 for a coefficient whose posterior sd is 0.24 (+-1.4 posterior sds), and
+    # a chain that started at PyMC's initial point, outside, crawled (step size 1e-4).
+    from tests.reliability.helpers import BlackBoxLogp
+    from tests.reliability.test_exactness import linear_regression
+
+    x, y, sigma, tau, mean, cov = linear_regression()
+    sd = np.sqrt(np.diag(cov))
+    with pm.Model():
+        beta = pm.Normal("beta", 0.0, tau, shape=len(mean))
+        pm.Potential("lik", BlackBoxLogp(lambda b: -0.5 * np.sum((y - x @ b) ** 2) / sigma**2,
+                                         "regression")(beta))
+        step = SparseGridHMC(rng=0, **QUIET)
+        assert np.sqrt(step.box_cov_[0, 0]) > 0.7 * sd[0]
+        idata = pm.sample(draws=1000, tune=800, step=step, random_seed=1,
+                          **{**SAMPLE, "chains": 2})
+    assert idata.sample_stats.in_domain.values.mean() > 0.9
+    _assert_moments(_draws(idata, "beta"), mean, sd)
