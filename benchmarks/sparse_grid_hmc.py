@@ -1,12 +1,17 @@
 """SparseGridHMC benchmarks (issue 20; sparse-grid-hmc §4.1-4.4), side by side with PyMC.
 
-Command (results in ``benchmarks/results/sparse_grid_<tag>.md/.csv``)::
+Commands (results in ``benchmarks/results/sparse_grid_<tag>.md/.csv``)::
 
     OMP_NUM_THREADS=1 python -m benchmarks.sparse_grid_hmc --tag paper
+    OMP_NUM_THREADS=1 python -m benchmarks.sparse_grid_hmc --cases pde20 --tag pde20 --skip-precompute
+    OMP_NUM_THREADS=1 python -m benchmarks.sparse_grid_hmc --cases sweep --tag sweep --skip-precompute
 
-Cases: the GP hyperparameters (d = 3, §4.3), banana and logistic regression in 2-d with
-the full grid (§4.1-4.2), and the elliptic PDE black box in d = 5 (§4.4) against
-SurrogateHMC, DEMetropolisZ and Slice (and NUTS on the adjoint-gradient model). The grid
+Cases ``paper``: the GP hyperparameters (d = 3, §4.3), banana and logistic regression in 2-d
+with the full grid (§4.1-4.2), and the elliptic PDE black box in d = 5 (§4.4) against
+SurrogateHMC, DEMetropolisZ and Slice (and NUTS on the adjoint-gradient model). ``pde20``:
+the showcase's d = 20 PDE, black box (against SurrogateHMC and DEMetropolisZ) and with its
+adjoint gradient (against NUTS). ``sweep``: logistic regression, N = 10^5, d = 2 ... 40
+(§4.5), SparseGridHMC against NUTS, with a plot of the ESS/s ratio and the acceptance. The grid
 is precomputed in this process (``executor="serial"``), inside the timed run, so the
 in-process evaluation counter sees every node: ``setup_s`` is the precompute and
 ``speedup_all`` compares min bulk ESS per second of *everything* (precompute, tune,
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -58,6 +64,23 @@ CASES = [
 ]
 
 
+#: The showcase's PDE (d = 20): black box and adjoint gradient.
+PDE20_CASES = [
+    ("pde20_blackbox", "pde_blackbox", {"n_modes": 20, "mesh_size": 30, "gradient": False}, None,
+     ["SparseGridHMC", "SurrogateHMC", "DEMetropolisZ"]),
+    ("pde20_adjoint", "pde_blackbox", {"n_modes": 20, "mesh_size": 30, "gradient": True}, None,
+     ["SparseGridHMC", "NUTS"]),
+]
+
+SWEEP_DIMS = (2, 5, 10, 20, 40)
+
+
+def sweep_cases(dims=SWEEP_DIMS, n_obs: int = 100_000) -> list[tuple]:
+    """Logistic regression of growing dimension (sgHMC §4.5), no reference (NUTS beside)."""
+    return [(f"logistic_d{d}", "logistic", {"n_obs": n_obs, "n_features": d}, None,
+             ["SparseGridHMC", "NUTS"]) for d in dims]
+
+
 def _samplers() -> dict:
     import pymc_surrogate
 
@@ -66,18 +89,18 @@ def _samplers() -> dict:
 
 
 def run_cases(draws: int, tune: int, chains: int, seed: int, max_nodes: int, tag: str,
-              out_dir: Path) -> pd.DataFrame:
+              out_dir: Path, cases: list[tuple] = CASES, command: str = "") -> pd.DataFrame:
     samplers = _samplers()
     rows: list[dict] = []
     meta = {
-        "command": f"python -m benchmarks.sparse_grid_hmc --tag {tag} --draws {draws} "
-                   f"--tune {tune} --chains {chains} --seed {seed} --max-nodes {max_nodes}",
+        "command": command or (f"python -m benchmarks.sparse_grid_hmc --tag {tag} --draws {draws} "
+                               f"--tune {tune} --chains {chains} --seed {seed} --max-nodes {max_nodes}"),
         "settings": f"draws={draws} tune={tune} chains={chains} cores=1 seed={seed}; "
                     f"SparseGridHMC(max_nodes={max_nodes}, executor='serial'): its precompute "
                     "is in setup_s and in n_logp/n_grad",
         **environment_meta(),
     }
-    for case, name, overrides, ref_key, names in CASES:
+    for case, name, overrides, ref_key, names in cases:
         model, info = build_model(name, "default", **overrides)
         reference = Reference(None, None, source="none: not computed")
         if ref_key is not None:
@@ -170,6 +193,35 @@ def time_precompute(workers: list[int], max_nodes: int, tag: str, out_dir: Path)
     return frame
 
 
+def plot_sweep(frame: pd.DataFrame, path: Path) -> None:
+    """ESS/s against NUTS (draws; tune and precompute included) and acceptance, over d."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = frame[(frame["sampler"] == "SparseGridHMC") & (frame["status"] == "ok")].copy()
+    grid["d"] = grid["dim"].astype(int)
+    grid = grid.sort_values("d")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    left.plot(grid["d"], grid["speedup_draws"], "o-", label="draws")
+    left.plot(grid["d"], grid["speedup_total"], "s-", label="tune + draws")
+    if "ess_per_s_all" in grid:
+        nuts = frame[frame["sampler"] == "NUTS"].set_index("model")["ess_per_s_all"]
+        left.plot(grid["d"], grid["ess_per_s_all"].values / nuts.loc[grid["model"]].values,
+                  "^-", label="precompute + tune + draws")
+    left.axhline(1.0, color="grey", lw=0.8)
+    left.set(xlabel="d", ylabel="min ESS/s ÷ NUTS's", yscale="log",
+             title="logistic regression, N = 1e5")
+    left.legend()
+    right.plot(grid["d"], grid["mean_accept"], "o-")
+    right.set(xlabel="d", ylabel="acceptance (true logp)", ylim=(0, 1.05),
+              title="SparseGridHMC acceptance")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tag", default="paper")
@@ -180,11 +232,20 @@ def main(argv=None) -> None:
     parser.add_argument("--max-nodes", type=int, default=1000)
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--skip-precompute", action="store_true")
+    parser.add_argument("--cases", default="paper", choices=("paper", "pde20", "sweep"))
+    parser.add_argument("--sweep-dims", default=",".join(map(str, SWEEP_DIMS)))
+    parser.add_argument("--sweep-obs", type=int, default=100_000)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out_dir = Path(DEFAULT_RESULTS_DIR)
+    cases = {"paper": CASES, "pde20": PDE20_CASES,
+             "sweep": sweep_cases([int(d) for d in args.sweep_dims.split(",")], args.sweep_obs)}
+    command = "python -m benchmarks.sparse_grid_hmc " + " ".join(argv if argv is not None
+                                                                  else sys.argv[1:])
     frame = run_cases(args.draws, args.tune, args.chains, args.seed, args.max_nodes, args.tag,
-                      out_dir)
+                      out_dir, cases[args.cases], command)
+    if args.cases == "sweep":
+        plot_sweep(frame, out_dir / f"sparse_grid_{args.tag}.png")
     print(frame[["model", "sampler", "status", "min_ess_bulk", "total_s", "setup_s",
                  "n_logp", "n_grad", "speedup_draws", "note"]].to_string())
     if not args.skip_precompute:
