@@ -321,7 +321,7 @@ class SparseGridHMC(SurrogateStep):
             current = self._climb_to_mode(chain, self.evaluator.check_start(current))
             probe = chain.explore.probe
             if probe is not None:
-                return probe.mean, probe.cov, chain.counts.logp_evals
+                return self._no_worse(probe.mean, current), probe.cov, chain.counts.logp_evals + 1
         current = self.evaluator.check_start(self._evaluate(chain, start, with_grad=False))
         steps = max(self.explore_steps, 20 * self.dim)
         saved_gradient = self.functions.has_gradient
@@ -337,7 +337,7 @@ class SparseGridHMC(SurrogateStep):
             self.functions.has_gradient = saved_gradient
         probe = chain.explore.probe
         if probe is not None:
-            return probe.mean, probe.cov, chain.counts.logp_evals
+            return self._no_worse(probe.mean, current), probe.cov, chain.counts.logp_evals + 1
         states = np.array(chain.positions[len(chain.positions) // 2:])
         if len(np.unique(states, axis=0)) > 2 * self.dim:
             cov = np.cov(states, rowvar=False).reshape(self.dim, self.dim)
@@ -348,6 +348,16 @@ class SparseGridHMC(SurrogateStep):
             f"{steps} exploration steps gave no usable covariance. Give the domain yourself "
             "(bounds=(lower, upper), or mean= and cov=), or raise explore_steps."
         )
+
+    def _no_worse(self, mean: np.ndarray, reached: ChainPoint) -> np.ndarray:
+        """The probe's mean, unless the model finds it less probable than a state the
+        exploration reached (then that state): on the banana of sparse-grid-hmc §4.2 the
+        Newton step failed at the climb's saddle (beta2 = 0 by symmetry) and the
+        value-regression probe of the fallback walk put the mean at beta = (9.2, 7.5),
+        logp -5e4 against -226 at the start; the box there held no draw (R-hat 3)."""
+        with np.errstate(all="ignore"):
+            potential = -float(self.functions.logp(mean))
+        return mean if potential <= reached.potential + 1.0 else reached.q.copy()
 
     def _secant_scales(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
         """The Laplace covariance's scale along each principal axis, measured by the model.
@@ -549,6 +559,11 @@ class SparseGridHMC(SurrogateStep):
         return (value + weight * gap,
                 grad + weight * (point.grad - grad) + slope * gap * grad_depth)
 
+    def _centre_is_higher(self, q: np.ndarray) -> bool:
+        with np.errstate(all="ignore"):
+            centre, start = (float(self.functions.logp(p)) for p in (self.box_mean_, q))
+        return bool(np.isfinite(centre) and centre > start)
+
     def _continuation(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         grid = self.grid_
         transform = grid.transform
@@ -577,12 +592,14 @@ class SparseGridHMC(SurrogateStep):
 
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         if (self.tune and chain.iteration == 0 and self._start_at_centre
-                and not self.grid_.contains(q)):
+                and not self.grid_.contains(q) and self._centre_is_higher(q)):
             # Tuning starts at the Laplace mean (a mode estimate), as the skeleton's climb
             # to the mode does: from PyMC's initial point far outside the box a black box's
             # chain crawled on the continuation (conjugate regression: step size 1e-4,
-            # never in the box in 1800 iterations). Not for a box given as bounds: its
-            # centre need not be anywhere near the posterior.
+            # never in the box in 1800 iterations). Not for a box given as bounds (its
+            # centre need not be near the posterior), nor when the model says the centre
+            # is less probable than the start (a banana's probe put it at beta = (9, 7.5),
+            # where chains that started crawled: R-hat 3).
             q = self.box_mean_.copy()
         if not self._approximate(chain):
             return super()._current_point(chain, q)
