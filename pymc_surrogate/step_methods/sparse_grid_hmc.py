@@ -113,9 +113,11 @@ class SparseGridHMC(SurrogateStep):
     Notes
     -----
     sparse-grid-hmc §3.3-3.5, Algorithms 2-3, §5, App. B. The box is rotated to the
-    principal axes of the Laplace covariance (the paper's is axis-aligned). Outside the
-    domain a gradient model's trajectories use its exact potential and gradient (counted
-    in ``model_evals``); a black box has no gradient there, and its trajectories follow
+    principal axes of the Laplace covariance (the paper's is axis-aligned), whose sds are
+    checked by the model's rise at the box's faces. Outside the domain a gradient model's
+    trajectories use its exact potential and gradient (counted in ``model_evals``),
+    blended in over one box sd so that the potential has no jump at the faces; a black
+    box has no gradient there, and its trajectories follow
     the interpolant continued linearly from the nearest face plus the Gaussian's
     quadratic pull back into the box, which the true-logp correction keeps exact. Nodes
     where the logp is -inf or NaN (a truncation or constraint inside the box) are outside
@@ -355,9 +357,17 @@ class SparseGridHMC(SurrogateStep):
         Newton step failed at the climb's saddle (beta2 = 0 by symmetry) and the
         value-regression probe of the fallback walk put the mean at beta = (9.2, 7.5),
         logp -5e4 against -226 at the start; the box there held no draw (R-hat 3)."""
-        with np.errstate(all="ignore"):
-            potential = -float(self.functions.logp(mean))
-        return mean if potential <= reached.potential + 1.0 else reached.q.copy()
+        return mean if self._potential(mean) <= reached.potential + 1.0 else reached.q.copy()
+
+    def _potential(self, q: np.ndarray) -> float:
+        """``U(q)`` for the domain's checks; inf where the model is not finite or raises
+        (the checks then keep what they had; the precompute reports failing nodes)."""
+        try:
+            with np.errstate(all="ignore"):
+                value = -float(self.functions.logp(q))
+        except Exception:  # noqa: BLE001 - a check, not a draw
+            return np.inf
+        return value if np.isfinite(value) else np.inf
 
     def _secant_scales(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, int]:
         """The Laplace covariance's scale along each principal axis, measured by the model.
@@ -376,14 +386,14 @@ class SparseGridHMC(SurrogateStep):
         if not np.all(lam > 0):
             return cov, 0
         sd = np.sqrt(lam)
-        centre = -float(self.functions.logp(mean))
+        centre = self._potential(mean)
         if not np.isfinite(centre):
             return cov, 1
-        rises = np.full(self.dim, np.nan)
-        for i in range(self.dim):
-            ends = [-float(self.functions.logp(mean + sign * self.k * sd[i] * axes[:, i]))
-                    for sign in (-1.0, 1.0)]
-            rises[i] = np.mean(ends) - centre
+        rises = np.array([
+            np.mean([self._potential(mean + sign * self.k * sd[i] * axes[:, i])
+                     for sign in (-1.0, 1.0)]) - centre
+            for i in range(self.dim)
+        ])
         fine = np.isfinite(rises) & (rises > 0)
         ratio = np.ones(self.dim)
         ratio[fine] = np.clip(self.k / np.sqrt(2.0 * rises[fine]), 1.0, 4.0)
@@ -544,7 +554,6 @@ class SparseGridHMC(SurrogateStep):
         the box the field blends from the face's continuation to the model (smoothstep
         weight), so the potential is continuous; beyond, it is the model's.
         """
-        value, grad = self._continuation(q)
         point = self._evaluate(chain, q, with_grad=True, record=False)
         transform = self.grid_.transform
         u = q if transform is None else transform.to_box(q)
@@ -552,6 +561,7 @@ class SparseGridHMC(SurrogateStep):
         depth = float(np.sqrt(out @ out)) / BLEND_DEPTH
         if depth >= 1.0 or not np.isfinite(point.potential):
             return point.potential, point.grad
+        value, grad = self._continuation(q)
         weight, slope = depth * depth * (3.0 - 2.0 * depth), 6.0 * depth * (1.0 - depth)
         gap = point.potential - value
         grad_depth_u = out / (self._box_sd * max(depth, 1e-300) * BLEND_DEPTH**2)
@@ -560,9 +570,8 @@ class SparseGridHMC(SurrogateStep):
                 grad + weight * (point.grad - grad) + slope * gap * grad_depth)
 
     def _centre_is_higher(self, q: np.ndarray) -> bool:
-        with np.errstate(all="ignore"):
-            centre, start = (float(self.functions.logp(p)) for p in (self.box_mean_, q))
-        return bool(np.isfinite(centre) and centre > start)
+        centre = self._potential(self.box_mean_)
+        return bool(np.isfinite(centre) and centre < self._potential(q))
 
     def _continuation(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         grid = self.grid_
