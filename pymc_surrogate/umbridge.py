@@ -325,7 +325,8 @@ class _Client:
         if isinstance(answer, dict) and "error" in answer:
             error = answer["error"]
             raise UMBridgeError(
-                f"The {where} refused the request: {error.get('type')}: {error.get('message')}"
+                f"The {where} refused the request: {error.get('type')}: {error.get('message')} "
+                "Check the inputs and the config= the model was given."
             )
         if not response.ok or not isinstance(answer, dict):
             raise UMBridgeError(

@@ -257,7 +257,12 @@ def test_hung_server_times_out_naming_the_url():
         server.stop()
 
 
-def test_slow_model_within_the_timeout_is_not_an_error(server):
+def test_slow_model_within_the_timeout_is_not_an_error(server, monkeypatch):
+    import pymc_surrogate.umbridge
+
+    monkeypatch.setattr(pymc_surrogate.umbridge, "DEFAULT_TIMEOUT", 0.2)
+    assert model_op(server.url, "linear").timeout == 0.2  # the settable default
+    assert model_op(server.url, "linear", timeout=None).timeout is None
     op = model_op(server.url, "linear", config={"sleep": 0.5}, timeout=5.0)
     np.testing.assert_allclose(pytensor.function([], op(np.ones(DIM)))(), linear_problem()[0].sum(axis=1))
     slow = model_op(server.url, "linear", config={"sleep": 0.5}, timeout=0.2)
