@@ -309,12 +309,9 @@ def _process_pool():
 
 @pytest.mark.parametrize("executor", [
     _process_pool,
-    # Known defect of SparseGridHMC (issue 20; not ours to fix here): its executor path shares
-    # one compiled PyTensor function between the threads of a process, and PyTensor functions
-    # are not thread-safe. With a Python Op that releases the GIL (an HTTP request) 45-60 of
-    # 100 nodes got another node's value on PyTensor 2 (4 runs of 4; PyTensor 3 right in 3 of
-    # 3, 2026-11-27). Threads of a Dask worker alike.
-    pytest.param(lambda: ThreadPoolExecutor(2), marks=pytest.mark.experimental, id="threads"),
+    # Threads share a process: each must compile its own logp (PyTensor functions are not
+    # thread-safe). A shared one gave 45-60 of 100 nodes another node's value on PyTensor 2.
+    lambda: ThreadPoolExecutor(2),
 ], ids=["processes", "threads"])
 def test_sparse_grid_precompute_through_an_executor_matches_the_model(server, executor, tmp_path):
     from pymc_surrogate.step_methods.sparse_grid_hmc import SparseGridHMC

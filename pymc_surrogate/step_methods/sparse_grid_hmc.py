@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -12,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 import cloudpickle
 import numpy as np
 from pymc.blocking import DictToArrayBijection
+from pymc.stats.convergence import WarningType
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
 
 from pymc_surrogate.core.metropolis import hamiltonian, metropolis_accept
@@ -20,7 +22,8 @@ from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.corrections import CORRECTIONS
-from pymc_surrogate.step_methods.model_functions import ModelFunctions
+from pymc_surrogate.step_methods.evaluator import infinite_logp_error
+from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.training import TrainingPolicy
 from pymc_surrogate.surrogates.base import Domain
@@ -40,6 +43,13 @@ PARALLEL_AFTER = 10.0
 #: Box standard deviations over which a gradient model's field passes from the grid's
 #: continuation to the model itself outside the box (a continuous potential).
 BLEND_DEPTH = 1.0
+#: Black boxes: the draws' share of exact gradient-free exploration steps is the share of
+#: late tuning states outside the box, ignored below the first and capped at the second.
+OUTSIDE_SHARE = (0.02, 0.5)
+
+
+#: A node's failure message when its logp is +inf: no retry, a SamplingError.
+INFINITE = "logp = +inf (an infinite density: fix the model there)"
 
 
 class GridPrecomputeError(RuntimeError):
@@ -141,11 +151,9 @@ class SparseGridHMC(SurrogateStep):
     """
 
     name = "sparse_grid_hmc"
-    # The grid is the design (source "design"); training.py still refuses that source
-    # while another change to it is under way, and the policy only labels it here:
-    # ``_fit_surrogate`` returns the precomputed grid, and the evaluations tune records
-    # serve the skeleton's checks (the spurious-well floor), never a fit.
-    policy = TrainingPolicy(refit="once")
+    # ``_fit_surrogate`` returns the precomputed grid; the evaluations tune records serve
+    # the exploration kernel and the skeleton's checks (the spurious-well floor), never a fit.
+    policy = TrainingPolicy(source="design", refit="once")
     stats_dtypes_shapes = {
         **_stats.STATS,
         "approximate": (bool, []),
@@ -316,6 +324,16 @@ class SparseGridHMC(SurrogateStep):
         their second half: a random walk's states underestimate the spread, and a box
         from them held 89% of a 3-d Gaussian's draws where the probe's held 99%).
         """
+        try:
+            return self._search_laplace()
+        except ModelEvaluationError as err:
+            raise ModelEvaluationError(
+                f"{type(self).__name__}: the model failed while the domain of interest was "
+                f"searched, before sampling. {err} Fix the model there, or give the domain "
+                "yourself (bounds=, or mean= and cov=) where the model works."
+            ) from err
+
+    def _search_laplace(self) -> tuple[np.ndarray, np.ndarray, int]:
         chain = self._new_chain()
         start = self._start_point()
         if self.has_gradient:
@@ -454,6 +472,13 @@ class SparseGridHMC(SurrogateStep):
                         if error is not None:
                             errors[row] = error
                     progress.advance(len(rows))
+                infinite = [i for i in sorted(errors) if errors[i] == INFINITE]
+                if infinite:
+                    raise infinite_logp_error(
+                        type(self).__name__, self.evaluator.describe(nodes[infinite[0]]),
+                        f"grid node {infinite[0]} of {n}, and {len(infinite) - 1} more, in "
+                        "the precompute",
+                    )
                 retried = sorted(errors)
                 if retried:
                     errors = {}
@@ -599,7 +624,31 @@ class SparseGridHMC(SurrogateStep):
             return field_value  # the field outside: the model, blended in near the faces
         return self._evaluate(chain, q, with_grad=False, record=False).potential
 
+    def _explores_now(self, chain: ChainState) -> bool:
+        """A black box's gradient-free fallback outside the box (issue 20's "outside the
+        domain").
+
+        Outside the box a black box has no model of its potential: the interpolant's
+        continuation pulls trajectories back at the box's scale, whatever the posterior
+        does there (a box of +-0.4 sd: draws with sd 0.69 of the posterior's). In tuning,
+        every iteration that starts outside the box is an exploration step (DE-MCz on the
+        true model); in the draws, a fixed share of iterations is (the share of late tuning
+        states outside the box, ``OUTSIDE_SHARE``): a mixture of two exact kernels whose
+        weights do not depend on the state, so the chain stays exact.
+        """
+        if self.has_gradient or self._approximate(chain) or chain.frozen:
+            return super()._explores_now(chain)
+        return super()._explores_now(chain) or not self.grid_.contains(self._q_now)
+
+    def _outside_share(self, chain: ChainState) -> float:
+        """The share of the late tuning states outside the box."""
+        states = self._late_tuning_states(chain)[0]
+        if len(states) == 0:
+            return 0.0
+        return float(np.mean([not self.grid_.contains(q) for q in states]))
+
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
+        self._q_now = q
         if (self.tune and chain.iteration == 0 and self._start_at_centre
                 and not self.grid_.contains(q) and self._centre_is_higher(q)):
             # Tuning starts at the Laplace mean (a mode estimate), as the skeleton's climb
@@ -644,7 +693,35 @@ class SparseGridHMC(SurrogateStep):
         )
 
     def stop_tuning(self):
+        chain = self.chain
+        first = not chain.frozen
+        share = self._outside_share(chain) if first and not self.has_gradient else 0.0
+        tuned = chain.iteration
         super().stop_tuning()
+        # the first re-adaptation on the grid (``_new_chain`` sets the schedule's start at 1)
+        first_refit = int(np.ceil(self.tuning.refit_growth + self.tuning.refit_offset))
+        if first and tuned < first_refit:
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                f"a chain ended tuning after {tuned} iterations, too early to adapt its step "
+                f"size and mass matrix on the grid (from iteration {first_refit} on): its draws "
+                "run on the grid with the first guesses, which stays exact but may mix "
+                f"poorly. Increase `tune` (to at least {self._suggested_tune()}).",
+            )
+        low, high = OUTSIDE_SHARE
+        if self.exact and share > low and chain.explore.probability == 0.0:
+            chain.explore.probability = min(share, high)
+            chain.explore.history = self._explore_history(chain)
+            if share > 0.2:
+                self._warn(
+                    chain, WarningType.BAD_PARAMS,
+                    f"{share:.0%} of a chain's late tuning states lie outside the grid's box, "
+                    f"where a black box has no model of the posterior: "
+                    f"{chain.explore.probability:.0%} of its draws use the exact gradient-free "
+                    "exploration kernel (stat `fallback`), which is correct but mixes slowly. "
+                    "Widen the box (a larger k, or bounds= / mean= and cov= that cover the "
+                    "posterior).",
+                )
         if not self.exact:
             self.chain.explore.probability = 0.0  # one target: exp(-U~) everywhere
             self.chain.current = self.chain.current_key = None  # its potential is U~ now
@@ -685,7 +762,7 @@ def _evaluate_rows(logp, nodes: np.ndarray) -> list[tuple[float, str | None]]:
             out.append((np.nan, f"{type(err).__name__}: {err}"))
             continue
         if value == np.inf:
-            out.append((np.nan, "logp = +inf (an infinite density: fix the model there)"))
+            out.append((np.nan, INFINITE))
         else:
             out.append((value, None))  # -inf / NaN: outside the support, not a failure
     return out
@@ -721,8 +798,11 @@ class _LocalLogp:
         return _evaluate_rows(self.functions.logp, nodes)
 
 
-#: Per worker process: compiled logp functions by payload digest (compiled once each).
-_WORKER_CACHE: dict = {}
+#: Per worker thread: compiled logp functions by payload digest (compiled once each). Per
+#: thread, not per process: a compiled PyTensor function keeps its inputs and outputs in
+#: shared storage, so threads sharing one (a ThreadPoolExecutor, a Dask worker's threads)
+#: returned each other's values (PyMC 5: 45-60 of 100 nodes wrong).
+_WORKER_CACHE = threading.local()
 
 
 class _NodeLogp:
@@ -750,13 +830,14 @@ class _NodeLogp:
         return cls(payload)
 
     def _logp(self):
-        logp = _WORKER_CACHE.get(self.key)
+        cache = _WORKER_CACHE.__dict__
+        logp = cache.get(self.key)
         if logp is None:
             model, names, point = cloudpickle.loads(self.payload)
             by_name = {v.name: v for v in model.value_vars}
             functions = ModelFunctions(model, [by_name[name] for name in names], point,
                                        use_gradient=False)
-            logp = _WORKER_CACHE[self.key] = functions.logp
+            logp = cache[self.key] = functions.logp
         return logp
 
     def __call__(self, nodes: np.ndarray):
