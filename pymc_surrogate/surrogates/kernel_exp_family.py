@@ -12,7 +12,19 @@ plus a penalty ``lam theta^T R theta / 2``. ``J`` is quadratic in ``theta``: wit
 Every point adds ``w_x sum_l dphi/dx_l dphi/dx_l^T`` to ``C``, a term of rank at most
 ``d``: that is what makes the finite form's online update exact.
 
-The potential is ``U = -f`` up to an unknown constant, so both surrogates have no level.
+Both surrogates model ``log p = f + log q0`` with a Gaussian base measure
+``q0 = N(0, base_scale^2 I)`` in whitened coordinates (the kernel exponential family of
+Sriperumbudur et al. 2017 has one): ``f`` then fits only what the chain's states say
+beyond their mean and covariance, and ``exp(-U~)`` is a proper density whatever ``f`` is.
+Without it the lite form's ``f`` vanishes away from the data, so ``exp(f)`` has infinite
+mass: a sampler of the surrogate alone (the surrogate transition's inner chain, the
+warm-up that sets the step size) drifts off into the flat region and its step size grows
+without bound (black-box 2-d Gaussian: 1e15, acceptance 0 in every draw). The base adds
+``sum_l d log q0/dx_l df/dx_l`` to the objective, i.e. ``-sum_x w_x dphi/dx . d log q0/dx``
+to ``b``; ``C`` is unchanged, and so is the online update.
+
+The potential is ``U = -f - log q0`` up to an unknown constant, so both surrogates have no
+level.
 """
 
 from __future__ import annotations
@@ -21,6 +33,9 @@ import copy
 
 import numpy as np
 import scipy.linalg
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
 from scipy.spatial.distance import cdist, pdist
 
 from pymc_surrogate.surrogates.whitening import Whitening
@@ -33,6 +48,8 @@ SIGMA_GRID = 2.0 ** np.arange(-3.0, 2.01, 0.5)
 LAM_GRID = 10.0 ** np.arange(-7.0, -0.99, 1.0)
 # Points a median distance is estimated from (O(k^2) distances).
 MEDIAN_POINTS = 1000
+# Cross-validation merges points closer than this many median distances (``_merge_near``).
+NEAR_DUPLICATE = 0.01
 # Rows of features built at once when summing the finite form's system (memory bound).
 CHUNK_ROWS = 4096
 
@@ -89,6 +106,52 @@ def _check_fit_data(positions, sample_weight):
             "cannot be learned from one point."
         )
     return positions, weight
+
+
+def _collapse_repeats(positions: np.ndarray, weight: np.ndarray):
+    """Runs of identical consecutive rows as one row weighted by the run's total.
+
+    Every rejection repeats a chain state. The objective is the same either way, but a run
+    split by a contiguous fold boundary puts a training point exactly under a held-out
+    one, and score matching rewards a spike there without bound: cross-validation then
+    chose the smallest bandwidth and penalty (held-out score -6e4 on a black-box banana's
+    history, 153 distinct of 500 states).
+    """
+    if positions.shape[0] < 2:
+        return positions, weight
+    new_run = np.any(positions[1:] != positions[:-1], axis=1)
+    starts = np.flatnonzero(np.concatenate([[True], new_run]))
+    return positions[starts], np.add.reduceat(weight, starts)
+
+
+def _merge_near(x: np.ndarray, weight: np.ndarray, radius: float):
+    """Points within ``radius`` of each other (transitively) as one, at the first one's
+    place with their total weight; first-occurrence order kept (for contiguous folds).
+
+    For cross-validation only. A chain returns to (nearly) where it was: a black-box
+    exploration's differential-evolution jumps are differences of a few fixed draws, so a
+    jump and its reverse land within 1e-3 of an earlier state (12 of 62 distinct states of
+    a 2-d Gaussian's history had such a twin, some exact, far apart in time). Held out, a
+    twin of a training point rewards the narrowest bandwidth: the CV chose median / 8 with
+    held-out scores of -10 to -50 per state, where the base Gaussian alone scores 0.
+    """
+    pairs = cKDTree(x).query_pairs(radius, output_type="ndarray")
+    if pairs.size == 0:
+        return x, weight
+    n = x.shape[0]
+    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    first = np.full(labels.max() + 1, n)
+    np.minimum.at(first, labels, np.arange(n))
+    total = np.bincount(labels, weights=weight)
+    order = np.argsort(first)
+    return x[first[order]], total[order]
+
+
+def _check_base_scale(base_scale) -> None:
+    if base_scale is None:
+        return
+    _check_positive("base_scale", base_scale, allow_auto=False)
 
 
 def _whitening_for(whitening: Whitening | None, positions: np.ndarray) -> Whitening:
@@ -157,20 +220,29 @@ def _gaussian_gram(x: np.ndarray, z: np.ndarray, sigma: float) -> tuple[np.ndarr
     return np.exp(-0.5 * sq / sigma**2), sq
 
 
+def _base_precision(base_scale: float | None) -> float:
+    """``1 / base_scale^2``: the base's ``d log q0/dx = -x / base_scale^2`` (0: no base)."""
+    return 0.0 if base_scale is None else 1.0 / base_scale**2
+
+
 def _lite_system(
-    x: np.ndarray, weight: np.ndarray, z: np.ndarray, sigma: float
+    x: np.ndarray, weight: np.ndarray, z: np.ndarray, sigma: float, base: float = 0.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``C`` (n_z, n_z) and ``b`` (n_z,) of the score-matching objective of
     ``f = sum_i alpha_i k(z_i, .)`` over the points ``x`` (kmc Prop. 1), and the kernel
-    matrix (n_x, n_z).
+    matrix (n_x, n_z); ``base`` is the base measure's precision (``_base_precision``).
 
     With ``k_ji = k(z_i, x_j)``:
-    ``df/dx_l (x_j) = -sum_i alpha_i (x_jl - z_il) k_ji / sigma^2`` and
-    ``sum_l d2f/dx_l^2 (x_j) = sum_i alpha_i k_ji (|x_j - z_i|^2 / sigma^4 - d / sigma^2)``.
+    ``df/dx_l (x_j) = -sum_i alpha_i (x_jl - z_il) k_ji / sigma^2``,
+    ``sum_l d2f/dx_l^2 (x_j) = sum_i alpha_i k_ji (|x_j - z_i|^2 / sigma^4 - d / sigma^2)``
+    and ``dphi_i/dx . d log q0/dx = base k_ji (|x_j|^2 - x_j . z_i) / sigma^2``.
     """
     dim = x.shape[1]
     gram, sq = _gaussian_gram(x, z, sigma)
-    b = -(weight @ (gram * (sq / sigma**4 - dim / sigma**2)))
+    laplacian = sq / sigma**4 - dim / sigma**2
+    if base:
+        laplacian = laplacian + base * (np.sum(x**2, axis=1)[:, None] - x @ z.T) / sigma**2
+    b = -(weight @ (gram * laplacian))
     c = np.zeros((z.shape[0], z.shape[0]))
     root = np.sqrt(weight)[:, None]
     for axis in range(dim):  # d products of (n_x, n_z) matrices: O(d n^3), no loop over points
@@ -180,14 +252,17 @@ def _lite_system(
 
 
 def _lite_objective(
-    alpha: np.ndarray, x: np.ndarray, weight: np.ndarray, z: np.ndarray, sigma: float, gram, sq
+    alpha: np.ndarray, x: np.ndarray, weight: np.ndarray, z: np.ndarray, sigma: float, gram, sq,
+    base: float = 0.0,
 ) -> float:
-    """Score-matching objective per unit weight of ``f = sum_i alpha_i k(z_i, .)`` on ``x``."""
+    """Score-matching objective per unit weight of ``f = sum_i alpha_i k(z_i, .)`` on ``x``
+    (relative to the base's own: 0 is ``f = 0``)."""
     dim = x.shape[1]
     k_alpha = gram @ alpha
     grad = -(x * k_alpha[:, None] - gram @ (alpha[:, None] * z)) / sigma**2
     laplacian = (gram * (sq / sigma**4 - dim / sigma**2)) @ alpha
-    return float(weight @ (laplacian + 0.5 * np.sum(grad**2, axis=1)) / weight.sum())
+    cross = -base * np.sum(grad * x, axis=1)  # df/dx . d log q0/dx
+    return float(weight @ (laplacian + 0.5 * np.sum(grad**2, axis=1) + cross) / weight.sum())
 
 
 def _lite_coefficients(
@@ -209,10 +284,12 @@ class KernelExpFamilyLite:
     r"""Gaussian-kernel exponential family on a sub-sample, fitted by score matching
     (kmc §4.2, Proposition 1: "KMC lite").
 
-    ``U~(q) = -f(x)`` with ``f(x) = sum_i alpha_i exp(-|x - z_i|^2 / (2 sigma^2))`` in
-    whitened coordinates ``x = L^{-1}(q - mean)``, the ``z_i`` a uniform random sub-sample of
-    the training positions. Its gradient vanishes away from the data, so a trajectory
-    there degrades to a random walk rather than running off (kmc Proposition 3).
+    ``U~(q) = |x|^2 / (2 base_scale^2) - f(x)`` with
+    ``f(x) = sum_i alpha_i exp(-|x - z_i|^2 / (2 sigma^2))`` in whitened coordinates
+    ``x = L^{-1}(q - mean)``, the ``z_i`` a uniform random sub-sample of the training
+    positions. ``f``'s gradient vanishes away from the data, where the Gaussian base alone
+    pulls a trajectory back (without a base, ``base_scale=None``, it degrades to a random
+    walk there: kmc Proposition 3).
 
     Parameters
     ----------
@@ -225,6 +302,12 @@ class KernelExpFamilyLite:
         sub-sample's total weight, and the chosen total kept for the full fit.
     max_points : int
         Largest sub-sample (basis and data alike); the fit costs ``O(d n^3)``.
+    base_scale : float or None
+        Standard deviation of the Gaussian base measure in whitened coordinates (module
+        docstring); ``None``: no base, the paper's form, whose density is improper.
+    temperature : float
+        ``value_and_grad`` returns the fitted potential divided by it: above 1 the
+        surrogate density is wider than the fit (``KernelHMC``'s defensive tails).
     n_folds : int
         Folds of the cross-validation (contiguous blocks, the points in given order).
     cv_points : int
@@ -267,6 +350,8 @@ class KernelExpFamilyLite:
         sigma: float | str = "auto",
         lam: float | str = "auto",
         max_points: int = 2000,
+        base_scale: float | None = 1.0,
+        temperature: float = 1.0,
         n_folds: int = 5,
         cv_points: int = 500,
         whitening: Whitening | None = None,
@@ -275,11 +360,15 @@ class KernelExpFamilyLite:
         _check_positive("sigma", sigma)
         _check_positive("lam", lam)
         _check_count("max_points", max_points, 2)
+        _check_base_scale(base_scale)
+        _check_positive("temperature", temperature, allow_auto=False)
         _check_count("n_folds", n_folds, 2)
         _check_count("cv_points", cv_points, 4)
         self.sigma = sigma
         self.lam = lam
         self.max_points = max_points
+        self.base_scale = base_scale
+        self.temperature = temperature
         self.n_folds = n_folds
         self.cv_points = cv_points
         self.whitening = whitening
@@ -300,14 +389,16 @@ class KernelExpFamilyLite:
         positions, weight = _check_fit_data(positions, sample_weight)
         rng = np.random.default_rng(self.random_state)
         whitening = _whitening_for(self.whitening, positions)
+        n = positions.shape[0]
+        positions, weight = _collapse_repeats(positions, weight)
         x = whitening.to_white(positions)
-        n = x.shape[0]
-        if n > self.max_points:
-            keep = np.sort(rng.choice(n, self.max_points, replace=False))
+        if x.shape[0] > self.max_points:
+            keep = np.sort(rng.choice(x.shape[0], self.max_points, replace=False))
             x, weight = x[keep], weight[keep]
 
+        base = _base_precision(self.base_scale)
         sigma, lam, cv_results = self._choose(x, weight, rng)
-        c, b, gram = _lite_system(x, weight, x, sigma)
+        c, b, gram = _lite_system(x, weight, x, sigma, base)
         alpha = _lite_coefficients(c, b, gram, lam)
         if not np.all(np.isfinite(alpha)):
             raise ValueError("The score-matching system gave non-finite weights.")
@@ -319,6 +410,7 @@ class KernelExpFamilyLite:
         self.lam_ = lam
         self.cv_results_ = cv_results
         self.n_samples_fit_ = n
+        self._base = base
         self._inverse_chol = whitening.inverse_chol()
         # Fortran order: the (n, d) matrix-vector products run several times faster.
         self._scaled_basis = np.asfortranarray(x / sigma**2)
@@ -331,6 +423,7 @@ class KernelExpFamilyLite:
         sigmas = median * SIGMA_GRID if self.sigma == "auto" else np.array([float(self.sigma)])
         if sigmas.size == 1 and self.lam != "auto":
             return float(sigmas[0]), float(self.lam), None
+        x, weight = _merge_near(x, weight, NEAR_DUPLICATE * median)
         if x.shape[0] > self.cv_points:
             keep = np.sort(rng.choice(x.shape[0], self.cv_points, replace=False))
             x, weight = x[keep], weight[keep]
@@ -338,25 +431,26 @@ class KernelExpFamilyLite:
         # as it is (a fixed prior against more data, as in ridge regression).
         lams = LAM_GRID * weight.sum() if self.lam == "auto" else np.array([float(self.lam)])
         folds = _folds(x.shape[0], self.n_folds)
+        base = _base_precision(self.base_scale)
 
         def held_out(sigma: float) -> np.ndarray:
             scores = np.zeros(lams.size)
             for test in folds:
                 train = np.setdiff1d(np.arange(x.shape[0]), test)
                 xt, wt = x[train], weight[train]
-                c, b, gram_train = _lite_system(xt, wt, xt, sigma)
+                c, b, gram_train = _lite_system(xt, wt, xt, sigma, base)
                 gram_test, sq_test = _gaussian_gram(x[test], xt, sigma)
                 for j, lam in enumerate(lams):
                     alpha = _lite_coefficients(c, b, gram_train, lam)
                     scores[j] += weight[test].sum() * _lite_objective(
-                        alpha, x[test], weight[test], xt, sigma, gram_test, sq_test
+                        alpha, x[test], weight[test], xt, sigma, gram_test, sq_test, base
                     )
             return scores / weight.sum()
 
         return _grid_search(sigmas, lams, held_out)
 
     def value_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
-        """Surrogate potential ``-f`` (arbitrary level) and its gradient in ``q`` (d,)."""
+        """Surrogate potential ``-f - log q0`` (arbitrary level) and its gradient in ``q``."""
         x = self._inverse_chol @ (np.asarray(q, dtype=np.float64) - self.whitening_.mean)
         # -|x - z_i|^2 / (2 sigma^2) expanded: one (n, d) product and no (n, d) temporary.
         exponent = self._log_scale + self._scaled_basis @ x - 0.5 * (x @ x) / self.sigma_**2
@@ -364,31 +458,37 @@ class KernelExpFamilyLite:
         total = float(k_alpha.sum())
         # grad_x f = -sum_i alpha_i k_i (x - z_i) / sigma^2; grad_q = L^{-T} grad_x.
         grad_x = k_alpha @ self._scaled_basis - x * (total / self.sigma_**2)
-        return -total, -(grad_x @ self._inverse_chol)
+        base = 0.5 * self._base * float(x @ x)
+        cool = 1.0 / self.temperature
+        return cool * (base - total), cool * ((self._base * x - grad_x) @ self._inverse_chol)
 
 
 # ---------------------------------------------------------------------- finite form
 def _finite_sums(
-    x: np.ndarray, weight: np.ndarray, omega: np.ndarray, offset: np.ndarray
+    x: np.ndarray, weight: np.ndarray, omega: np.ndarray, offset: np.ndarray, base: float = 0.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """``C`` (m, m) and ``b`` (m,) of kmc Prop. 2 for random Fourier features
-    ``phi_j(x) = sqrt(2/m) cos(omega_j . x + u_j)``, summed over the points (not averaged).
+    ``phi_j(x) = sqrt(2/m) cos(omega_j . x + u_j)``, summed over the points (not averaged);
+    ``base`` is the base measure's precision (``_base_precision``).
 
     ``dphi_j/dx_l = -sqrt(2/m) omega_jl sin(z_j)`` and ``d2phi_j/dx_l^2 = -omega_jl^2 phi_j``,
     so ``C = (2/m) (Omega Omega^T) * (S^T W S)`` with ``S_xj = sin(z_j(x))`` and
-    ``b_j = |omega_j|^2 sum_x w_x phi_j(x)``.
+    ``b_j = sqrt(2/m) sum_x w_x (|omega_j|^2 cos z_j(x) - base sin z_j(x) omega_j . x)``.
     """
     m = omega.shape[0]
     sin_gram = np.zeros((m, m))
-    cos_sum = np.zeros(m)
+    b_sum = np.zeros(m)
+    sq_norm = np.sum(omega**2, axis=1)
     for start in range(0, x.shape[0], CHUNK_ROWS):
-        phase = x[start : start + CHUNK_ROWS] @ omega.T + offset
+        projection = x[start : start + CHUNK_ROWS] @ omega.T
+        phase = projection + offset
         w = weight[start : start + CHUNK_ROWS]
-        s = np.sqrt(w)[:, None] * np.sin(phase)
+        sin = np.sin(phase)
+        s = np.sqrt(w)[:, None] * sin
         sin_gram += s.T @ s
-        cos_sum += w @ np.cos(phase)
+        b_sum += w @ (sq_norm * np.cos(phase) - base * sin * projection)
     scale = 2.0 / m
-    return scale * (omega @ omega.T) * sin_gram, np.sqrt(scale) * np.sum(omega**2, axis=1) * cos_sum
+    return scale * (omega @ omega.T) * sin_gram, np.sqrt(scale) * b_sum
 
 
 def _regularised_inverse(c: np.ndarray, lam: float) -> np.ndarray:
@@ -406,7 +506,8 @@ class KernelExpFamilyFinite:
     r"""Random-Fourier-feature exponential family fitted by score matching, with exact
     online updates (kmc §4.3, Proposition 2: "KMC finite").
 
-    ``U~(q) = -theta . phi(x)`` with ``phi_j(x) = sqrt(2/m) cos(omega_j . x + u_j)``,
+    ``U~(q) = |x|^2 / (2 base_scale^2) - theta . phi(x)`` with
+    ``phi_j(x) = sqrt(2/m) cos(omega_j . x + u_j)``,
     ``omega_j ~ N(0, I / sigma^2)``, ``u_j ~ U[0, 2 pi)`` (the Gaussian kernel of length
     scale ``sigma``), in whitened coordinates ``x = L^{-1}(q - mean)``. ``theta`` solves
     ``(C + lam I) theta = b`` with ``C``, ``b`` summed over all points seen.
@@ -424,6 +525,11 @@ class KernelExpFamilyFinite:
         points, so its relative weight shrinks as points arrive (as in recursive least
         squares);
         "auto": cross-validated over multiples of the total weight given to ``fit``.
+    base_scale : float or None
+        Standard deviation of the Gaussian base measure in whitened coordinates (module
+        docstring); ``None``: no base, the paper's form.
+    temperature : float
+        As ``KernelExpFamilyLite``.
     n_folds : int
         Folds of the cross-validation (contiguous blocks, the points in given order).
     whitening : Whitening, optional
@@ -451,8 +557,8 @@ class KernelExpFamilyFinite:
     ``sigma_``, ``lam_``, ``cv_results_`` (as ``KernelExpFamilyLite``), ``n_samples_seen_``,
     ``weight_seen_``.
 
-    Far from the data the cosines do not decay: the gradient oscillates there (kmc §5);
-    prefer the lite form before the chain has found the bulk.
+    Far from the data the cosines do not decay: without a base the gradient oscillates
+    there (kmc §5); with one, the base's pull grows while theirs stays bounded.
 
     References
     ----------
@@ -475,6 +581,8 @@ class KernelExpFamilyFinite:
         n_features: int = 300,
         sigma: float | str = "auto",
         lam: float | str = "auto",
+        base_scale: float | None = 1.0,
+        temperature: float = 1.0,
         n_folds: int = 5,
         whitening: Whitening | None = None,
         random_state: int | np.random.Generator | None = None,
@@ -482,10 +590,14 @@ class KernelExpFamilyFinite:
         _check_count("n_features", n_features, 1)
         _check_positive("sigma", sigma)
         _check_positive("lam", lam)
+        _check_base_scale(base_scale)
+        _check_positive("temperature", temperature, allow_auto=False)
         _check_count("n_folds", n_folds, 2)
         self.n_features = n_features
         self.sigma = sigma
         self.lam = lam
+        self.base_scale = base_scale
+        self.temperature = temperature
         self.n_folds = n_folds
         self.whitening = whitening
         self.random_state = random_state
@@ -504,7 +616,10 @@ class KernelExpFamilyFinite:
         positions, weight = _check_fit_data(positions, sample_weight)
         rng = np.random.default_rng(self.random_state)
         whitening = _whitening_for(self.whitening, positions)
-        x = whitening.to_white(positions)
+        n = positions.shape[0]
+        x = whitening.to_white(_collapse_repeats(positions, weight)[0])
+        weight = _collapse_repeats(positions, weight)[1]
+        self._base = _base_precision(self.base_scale)
         # Unit-scale frequencies drawn once: every candidate sigma rescales the same draws,
         # so cross-validation compares bandwidths, not feature draws.
         unit = rng.standard_normal((self.n_features, x.shape[1]))
@@ -512,7 +627,7 @@ class KernelExpFamilyFinite:
         sigma, lam, cv_results = self._choose(x, weight, unit, offset, rng)
 
         omega = unit / sigma
-        c, b = _finite_sums(x, weight, omega, offset)
+        c, b = _finite_sums(x, weight, omega, offset, self._base)
         p_mat = _regularised_inverse(c, lam)
         if not np.all(np.isfinite(p_mat @ b)):
             raise ValueError("The score-matching system gave non-finite weights.")
@@ -522,30 +637,30 @@ class KernelExpFamilyFinite:
         self.sigma_ = sigma
         self.lam_ = lam
         self.cv_results_ = cv_results
-        self.n_samples_seen_ = x.shape[0]
+        self.n_samples_seen_ = n
         self.weight_seen_ = float(weight.sum())
         # Whitening folded into the features: phase = omega_q . q + offset_q.
-        self._omega_q = omega @ whitening.inverse_chol()
+        self._inverse_chol = whitening.inverse_chol()
+        self._omega_q = omega @ self._inverse_chol
         self._offset_q = offset - self._omega_q @ whitening.mean
         self._set_state(c, b, p_mat, 0)
         return self
 
     def _choose(self, x, weight, unit, offset, rng) -> tuple[float, float, dict | None]:
         """``(sigma, lam, cv_results)``: cross-validated where "auto"."""
-        sigmas = (
-            _median_distance(x, rng) * SIGMA_GRID
-            if self.sigma == "auto"
-            else np.array([float(self.sigma)])
-        )
+        median = _median_distance(x, rng)
+        sigmas = median * SIGMA_GRID if self.sigma == "auto" else np.array([float(self.sigma)])
         if sigmas.size == 1 and self.lam != "auto":
             return float(sigmas[0]), float(self.lam), None
+        x, weight = _merge_near(x, weight, NEAR_DUPLICATE * median)
         lams = LAM_GRID * weight.sum() if self.lam == "auto" else np.array([float(self.lam)])
         folds = _folds(x.shape[0], self.n_folds)
         eye = np.eye(unit.shape[0])
 
         def held_out(sigma: float) -> np.ndarray:
             # Sums per fold; a fold's training system is the total minus its own.
-            parts = [_finite_sums(x[f], weight[f], unit / sigma, offset) for f in folds]
+            parts = [_finite_sums(x[f], weight[f], unit / sigma, offset, self._base)
+                     for f in folds]
             c_all = sum(p[0] for p in parts)
             b_all = sum(p[1] for p in parts)
             scores = np.zeros(lams.size)
@@ -592,7 +707,7 @@ class KernelExpFamilyFinite:
             return self
         x = self.whitening_.to_white(positions)
         m, dim = self.omega_.shape
-        c_new, b_new = _finite_sums(x, weight, self.omega_, self.offset_)
+        c_new, b_new = _finite_sums(x, weight, self.omega_, self.offset_, self._base)
         c_sum, b_sum = self._c_sum + c_new, self._b_sum + b_new
         rank = x.shape[0] * dim
         # Refactorise (O(m^3)) for a batch whose updates would cost more than that, and
@@ -629,9 +744,15 @@ class KernelExpFamilyFinite:
         return copy.copy(self)
 
     def value_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
-        """Surrogate potential ``-f`` (arbitrary level) and its gradient in ``q`` (d,)."""
-        phase = self._omega_q @ np.asarray(q, dtype=np.float64) + self._offset_q
+        """Surrogate potential ``-f - log q0`` (arbitrary level) and its gradient in ``q``."""
+        q = np.asarray(q, dtype=np.float64)
+        phase = self._omega_q @ q + self._offset_q
         f = float(self._theta_q @ np.cos(phase))
         # grad_q f = -sum_j theta_j sqrt(2/m) sin(phase_j) omega_q,j (chain rule folded in).
         grad = -((self._theta_q * np.sin(phase)) @ self._omega_q)
-        return -f, -grad
+        cool = 1.0 / self.temperature
+        if not self._base:
+            return -cool * f, -cool * grad
+        x = self._inverse_chol @ (q - self.whitening_.mean)
+        return (cool * (0.5 * self._base * float(x @ x) - f),
+                cool * (self._base * (x @ self._inverse_chol) - grad))

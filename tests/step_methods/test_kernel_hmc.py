@@ -18,11 +18,6 @@ from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.step_methods.kernel_hmc import KernelHMC
 from tests.conftest import gaussian_model
 
-# Issue 19 is open: KernelHMC is not exported, and its sampling fails here (PyMC 5: the banana,
-# min ESS 1.6 of a required 100; PyMC 6: the 2-d Gaussian, min ESS 1.8 (lite) and 313 (finite)
-# of 400). Out of the default run until it is fixed; `pytest -m experimental` runs them.
-pytestmark = pytest.mark.experimental
-
 SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
 COV = np.array([[4.0, 1.6], [1.6, 1.0]])  # correlation 0.8
 
@@ -51,11 +46,19 @@ def test_recovers_a_correlated_gaussian_black_box(form):
     assert_moments(_draws(idata, "x"), np.zeros(2), np.sqrt(np.diag(COV)))
     stats = idata.sample_stats
     assert bool(stats.uses_surrogate.values.all())
-    # measured seed 1: bulk ESS 1340-1560 (lite), 1090-1360 (finite) of 2000 draws
+    # measured, min bulk ESS of the 2000 draws at seed 1 (seeds 2, 3): PyMC 6 lite 2450
+    # (2308, 1586), finite 1552 (2429, 1610); PyMC 5 lite 2576 (2081, 2404), finite 2165
+    # (2529, 3051). Acceptance 0.67-0.81 a chain, 0.87-0.92 model evaluations a draw.
     assert min(bulk_ess(c) for c in _draws(idata, "x").T) > 400
     assert stats.model_evals.values.max() <= 1 and stats.gradient_evals.values.max() == 0
 
 
+# Issue 19 is open: the chain under-explores the banana's arms. The surrogate learns from the
+# chain's own states, and those of a 1000-iteration tune (a DE-MCz random walk, then the
+# surrogate's own kernel) span too little of them. Measured (seeds 2, 3; both generations):
+# variance z of x_1 -5 to -7, of x_2 -9 to -14, while min bulk ESS is 325-549 (it measures
+# mixing inside the explored region only). `pytest -m experimental` runs it.
+@pytest.mark.experimental
 def test_recovers_a_banana_black_box():
     dim, b, v = 2, 0.1, 10.0  # sd of x_2: sqrt(1 + 2 b^2 V^2) = sqrt(3)
     model, _ = make_haario_banana(dim, b, v, gradient=False)
@@ -171,6 +174,9 @@ def test_short_tune_falls_back_to_the_random_walk_without_crashing():
         ({"max_points": 1}, "max_points"),
         ({"form": "finite", "n_features": 0}, "n_features"),
         ({"n_inner": 0}, "n_inner"),
+        ({"temperature": 0.5}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"base_scale": -1.0}, "base_scale"),
         ({"correction": "none"}, "correction"),
         ({"pseudo_marginal": "yes"}, "pseudo_marginal"),
         ({"adapt_in_draws": None}, "adapt_in_draws"),

@@ -112,17 +112,22 @@ def test_gradient_is_the_derivative_of_the_value_in_raw_coordinates(fitted):
         np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-6 * np.abs(grad).max())
 
 
-def test_cross_validation_picks_a_bandwidth_of_the_right_order(fitted):
-    """In whitened coordinates (median distance ~ 1.7): one Gaussian is best fitted by broad
-    kernels, separated modes need kernels of about their width. Measured (seeds 0-2):
-    Gaussian 2-4 median distances, banana 0.7-4, four modes (300 draws) 0.25-0.5."""
-    median = {}
+def test_cross_validation_picks_a_bandwidth_of_the_right_order():
+    """The paper's form (no base measure), in whitened coordinates (median distance ~ 1.7):
+    one Gaussian is best fitted by broad kernels, separated modes need kernels of about
+    their width. Measured (seeds 0-2): Gaussian 2-4 median distances, banana 0.7-4, four
+    modes (300 draws) 0.25-0.5. (With the default Gaussian base a Gaussian needs no kernel
+    at all and the banana took 0.5-1.5.)"""
+    median, fits = {}, {}
     for target, (draws, _) in TARGETS.items():
-        x = fitted[target, "lite"].whitening_.to_white(draws(np.random.default_rng(0), N_DRAWS))
+        positions = draws(np.random.default_rng(0), N_DRAWS)
+        for cls in (KernelExpFamilyLite, KernelExpFamilyFinite):
+            fits[target, cls] = cls(base_scale=None, random_state=0).fit(positions)
+        x = fits[target, KernelExpFamilyLite].whitening_.to_white(positions)
         median[target] = np.median(pdist(x))
-    for form in ("lite", "finite"):
-        assert fitted["gaussian", form].sigma_ >= 1.5 * median["gaussian"]
-        assert 0.5 * median["banana"] <= fitted["banana", form].sigma_ <= 5 * median["banana"]
+    for cls in (KernelExpFamilyLite, KernelExpFamilyFinite):
+        assert fits["gaussian", cls].sigma_ >= 1.5 * median["gaussian"]
+        assert 0.5 * median["banana"] <= fits["banana", cls].sigma_ <= 5 * median["banana"]
 
     rng = np.random.default_rng(0)
     corners = np.array([[-3.0, -3.0], [-3.0, 3.0], [3.0, -3.0], [3.0, 3.0]])
@@ -133,6 +138,67 @@ def test_cross_validation_picks_a_bandwidth_of_the_right_order(fitted):
         # Each mode's whitened standard deviation is 0.16, the median distance about 2.
         assert 0.05 * spread <= surrogate.sigma_ <= 0.6 * spread
         assert surrogate.cv_results_["score"].shape == (11, 7)  # sigma grid x lam grid
+
+
+def test_cross_validation_is_not_fooled_by_twins_of_training_points():
+    """A chain revisits (nearly) the same state far apart in time; a held-out twin of a
+    training point rewards the narrowest kernel without bound. Merged before the
+    cross-validation, the choice is that of the data without twins (measured: median /
+    8 with twins left in; 2-4 median distances either way once merged)."""
+    import pymc_surrogate.surrogates.kernel_exp_family as kef
+
+    rng = np.random.default_rng(11)
+    positions = gaussian_draws(rng, 200)
+    twins = rng.choice(100, 30, replace=False)  # twins of the first half, in the second
+    with_twins = positions.copy()
+    with_twins[100 + twins] = positions[twins] + 1e-4 * rng.standard_normal((30, 2))
+    for cls in (KernelExpFamilyLite, KernelExpFamilyFinite):
+        fit = cls(base_scale=None, random_state=0).fit(with_twins)
+        median = fit.cv_results_["sigma"][0] / kef.SIGMA_GRID[0]
+        assert fit.sigma_ >= median, (cls.__name__, fit.sigma_ / median)
+
+
+def test_twins_decide_the_bandwidth_without_the_merge(monkeypatch):
+    """The test above has power: with the merge off the same data pick median / 8."""
+    import pymc_surrogate.surrogates.kernel_exp_family as kef
+
+    monkeypatch.setattr(kef, "NEAR_DUPLICATE", 0.0)
+    rng = np.random.default_rng(11)
+    positions = gaussian_draws(rng, 200)
+    twins = rng.choice(100, 30, replace=False)
+    positions[100 + twins] = positions[twins] + 1e-4 * rng.standard_normal((30, 2))
+    fit = KernelExpFamilyLite(base_scale=None, random_state=0).fit(positions)
+    assert fit.sigma_ < fit.cv_results_["sigma"][0] / kef.SIGMA_GRID[0]
+
+
+@pytest.mark.parametrize("cls", [KernelExpFamilyLite, KernelExpFamilyFinite])
+def test_the_base_measure_makes_the_surrogate_proper(cls):
+    """Far from the data the lite kernel sum vanishes and the cosines stay bounded: the
+    Gaussian base then pulls back toward the data (its gradient points outward from the
+    mean, of about |x| / base_scale^2), so exp(-U~) is integrable. Without it the lite
+    potential is flat out there."""
+    positions = gaussian_draws(np.random.default_rng(12), 300)
+    far = np.array([40.0, 0.0])  # 20 sds out along the first coordinate
+    fit = cls(random_state=0).fit(positions)
+    x = fit.whitening_.to_white(far[None])[0]
+    value, grad = fit.value_and_grad(far)
+    centre_value = fit.value_and_grad(np.zeros(2))[0]
+    assert value - centre_value > 0.25 * x @ x  # the base's rise is |x|^2 / 2
+    assert grad @ far > 0
+    if cls is KernelExpFamilyLite:
+        flat = cls(base_scale=None, random_state=0).fit(positions)
+        assert np.linalg.norm(flat.value_and_grad(far)[1]) < 1e-3 * np.linalg.norm(grad)
+
+
+def test_temperature_divides_the_potential():
+    positions = banana_draws(np.random.default_rng(13), 300)
+    q = np.array([0.4, -0.3])
+    for cls in (KernelExpFamilyLite, KernelExpFamilyFinite):
+        cold = cls(sigma=1.0, lam=0.01, random_state=0).fit(positions).value_and_grad(q)
+        warm = cls(sigma=1.0, lam=0.01, temperature=2.0, random_state=0).fit(positions)
+        value, grad = warm.value_and_grad(q)
+        np.testing.assert_allclose(value, cold[0] / 2.0, rtol=1e-12)
+        np.testing.assert_allclose(grad, cold[1] / 2.0, rtol=1e-12)
 
 
 def test_potentials_and_gradients_are_ignored():
@@ -230,6 +296,9 @@ def test_partial_fit_before_fit_is_fit():
         dict(lam=0.0),
         dict(lam=-1e-3),
         dict(lam=np.inf),
+        dict(base_scale=0.0),
+        dict(base_scale="auto"),
+        dict(temperature=-1.0),
         dict(n_folds=1),
     ],
 )
