@@ -7,6 +7,7 @@ corrects with the true model logp, so the chain targets the exact posterior.
 from pymc_surrogate.step_methods import (
     AdaptiveSurrogateHMC,
     ModelEvaluationError,
+    SparseGridHMC,
     SurrogateHMC,
     SurrogateStep,
     VariationalHMC,
@@ -19,6 +20,7 @@ STEP_METHODS: dict[str, type[SurrogateStep]] = {
     "SurrogateHMC": SurrogateHMC,
     "AdaptiveSurrogateHMC": AdaptiveSurrogateHMC,
     "VariationalHMC": VariationalHMC,
+    "SparseGridHMC": SparseGridHMC,
 }
 
-__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]
+__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "SparseGridHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]

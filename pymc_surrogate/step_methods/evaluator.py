@@ -72,15 +72,8 @@ class Evaluator:
         chain.counts.logp_evals += 1
         if potential == -np.inf:
             # Accepted, such a point would absorb the chain: every proposal loses against it.
-            raise SamplingError(
-                f"{self.owner}: the model's logp is +inf at {self.describe(q)} "
-                f"(sampler iteration {chain.iteration}, {phase} "
-                "phase; values of the model's value variables, transformed ones in their "
-                "unconstrained space). An infinite density cannot be sampled: the chain "
-                "would stay at that point forever. It usually comes from a pm.Potential or a "
-                "custom logp returning +inf (e.g. -log(0)) or a density unbounded at a "
-                "boundary. Make the model's logp finite there (model.point_logps() at these "
-                "values shows which term is infinite)."
+            raise infinite_logp_error(
+                self.owner, self.describe(q), f"sampler iteration {chain.iteration}, {phase} phase"
             )
         if np.isnan(potential):
             potential = np.inf  # NaN logp is a rejection, like -inf
@@ -104,3 +97,15 @@ class Evaluator:
             parts.append(f"{name} = {np.array2string(np.asarray(value), precision=4, threshold=8)}")
             start += size
         return ", ".join(parts)
+
+
+def infinite_logp_error(owner: str, described: str, where: str) -> SamplingError:
+    """The error for a point where the model's logp is ``+inf`` (``where``: when it was met)."""
+    return SamplingError(
+        f"{owner}: the model's logp is +inf at {described} ({where}; values of the model's "
+        "value variables, transformed ones in their unconstrained space). An infinite "
+        "density cannot be sampled: the chain would stay at that point forever. It usually "
+        "comes from a pm.Potential or a custom logp returning +inf (e.g. -log(0)) or a "
+        "density unbounded at a boundary. Make the model's logp finite there "
+        "(model.point_logps() at these values shows which term is infinite)."
+    )

@@ -29,7 +29,10 @@ class TrainingPolicy:
         ``"evaluations"``: every model evaluation (SurrogateHMC, AdaptiveSurrogateHMC,
         VariationalHMC). ``"chain_states"``: the chain's own states, no values and no
         gradients (KernelHMC); evaluations are still kept in tune, for the exploration
-        kernel, but never in the draws. ``"design"`` is not implemented yet.
+        kernel, but never in the draws. ``"design"``: model values at nodes chosen and
+        evaluated before sampling (SparseGridHMC's grid), so a surrogate drives the very
+        first iteration; tune's evaluations are kept only for the exploration kernel and
+        the skeleton's checks.
     refit : {"geometric", "online", "once"}
         ``"geometric"``: batch refits in tune at geometrically spaced iterations, frozen in
         the draws. ``"online"``: the same, and every new evaluation in between goes to the
@@ -45,8 +48,6 @@ class TrainingPolicy:
     def __post_init__(self):
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}; got {self.source!r}.")
-        if self.source == "design":
-            raise NotImplementedError(f"training source {self.source!r} (one of {SOURCES}).")
         if self.refit not in REFITS:
             raise ValueError(f"refit must be one of {REFITS}; got {self.refit!r}.")
 
@@ -57,6 +58,11 @@ class TrainingPolicy:
     @property
     def learns_from_states(self) -> bool:
         return self.source == "chain_states"
+
+    @property
+    def designed(self) -> bool:
+        """The surrogate exists before sampling (no fit from the chain's evaluations)."""
+        return self.source == "design"
 
     def records(self, frozen: bool) -> bool:
         """Whether new evaluations are training data (in tune; in the draws if online and

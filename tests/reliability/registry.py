@@ -27,6 +27,7 @@ __all__ = [
     "EXACTNESS_STEPS",
     "init_parameters",
     "accepts",
+    "designed",
 ]
 
 
@@ -87,3 +88,9 @@ def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
 def accepts(cls: type, name: str) -> bool:
     """Whether ``cls(...)`` takes the keyword ``name``."""
     return name in init_parameters(cls)
+
+
+def designed(cls: type) -> bool:
+    """Whether ``cls``'s surrogate is a design evaluated before sampling (SparseGridHMC's
+    grid): it drives the draws from the first iteration, whatever ``tune`` is."""
+    return cls.policy.designed

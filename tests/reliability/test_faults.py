@@ -17,7 +17,7 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.raise_op import Assert
 
-from tests.reliability.registry import accepts
+from tests.reliability.registry import accepts, designed
 from tests.reliability.helpers import (
     BlackBoxLogp,
     assert_healthy,
@@ -116,6 +116,16 @@ def _messages(err: BaseException) -> str:
     return "\n".join(texts)
 
 
+def _assert_fails_before_sampling(step) -> None:
+    """A designed surrogate evaluates the model before sampling (the domain's search, the
+    grid's nodes): the Op's error surfaces from the step's construction, saying so."""
+    with pytest.raises(Exception) as info:
+        sample(black_box_step(step), chains=1, tune=300, draws=300)
+    first = str(info.value)
+    assert MESSAGE in first, first[:300]
+    assert re.search(r"before sampling|grid nodes", first), first[:300]
+
+
 @pytest.mark.parametrize("gradient", [False, True], ids=["black_box", "gradient"])
 def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
     completed = []
@@ -125,6 +135,9 @@ def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
 
     with pm.Model():
         _fragile_model(gradient)
+        if designed(step.cls):
+            _assert_fails_before_sampling(step)
+            return
         s = black_box_step(step)
         with pytest.raises(Exception) as info:
             sample(s, chains=1, tune=300, draws=3000, callback=callback)
@@ -142,6 +155,9 @@ def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
 def test_op_error_surfaces_from_worker_processes(step):
     with pm.Model():
         _fragile_model(gradient=False)
+        if designed(step.cls):
+            _assert_fails_before_sampling(step)
+            return
         s = black_box_step(step)
         with pytest.raises(Exception) as info:
             sample(s, chains=2, cores=2, tune=300, draws=3000)
@@ -299,6 +315,11 @@ def test_too_few_points_fall_back_and_say_so(step):
     messages = warning_messages(caught, type(s).__name__)
     uses = idata.sample_stats["uses_surrogate"].values
     assert messages, "no warning about the short tuning"
-    assert not uses.any(), "a surrogate from a handful of points drove the draws"
-    assert idata.sample_stats["fallback"].values.all(), "fallback draws not marked"
+    if designed(step.cls):
+        # its grid holds hundreds of nodes evaluated before sampling: it drives the draws
+        assert (uses | idata.sample_stats["tail_jump"].values).all()
+        assert not idata.sample_stats["fallback"].values.any()
+    else:
+        assert not uses.any(), "a surrogate from a handful of points drove the draws"
+        assert idata.sample_stats["fallback"].values.all(), "fallback draws not marked"
     assert_moments(idata, "x", np.zeros(dim), np.ones(dim))

@@ -21,6 +21,7 @@ from tests.reliability.helpers import (
     assert_moments,
     sample,
 )
+from tests.reliability.registry import designed
 
 
 # ------------------------------------------------------------------ processes
@@ -101,11 +102,17 @@ def test_fallback_warning_reaches_the_parent_from_worker_processes(step, caplog)
         with caplog.at_level(logging.WARNING, logger="pymc"):
             idata = sample(s, chains=2, cores=2, tune=20, draws=200)
     messages = pymc_warnings(caplog, type(s).__name__)
-    assert len([m for m in messages if "too early to fit a surrogate" in m]) == 2, messages
-    assert all("Increase `tune`" in m for m in messages), messages
     stats = idata.sample_stats
-    assert stats["fallback"].values.all()
-    assert not stats["uses_surrogate"].values.any()
+    if designed(step.cls):  # its grid drives the draws, with an untuned step size
+        assert len([m for m in messages if "too early to adapt" in m]) == 2, messages
+        assert not stats["fallback"].values.any()
+        # (a draw that is no surrogate move is a tail jump: heavy_tails.py)
+        assert (stats["uses_surrogate"].values | stats["tail_jump"].values).all()
+    else:
+        assert len([m for m in messages if "too early to fit a surrogate" in m]) == 2, messages
+        assert stats["fallback"].values.all()
+        assert not stats["uses_surrogate"].values.any()
+    assert all("Increase `tune`" in m for m in messages), messages
 
 
 # ------------------------------------------------------ the surrogate moves the chain
@@ -139,6 +146,13 @@ def test_the_surrogate_check_fails_when_every_fit_fails(step, monkeypatch, caplo
     """The check above must catch a sampler whose surrogate never works: every fit raises,
     tuning keeps exploring, and the draws run the exact fallback kernel (still correct,
     so no moment check would notice)."""
+
+    if designed(step.cls):
+        pytest.skip(
+            "no fit in tune to break: the grid is evaluated before sampling, and its failure "
+            "(nodes whose logp raises) is a GridPrecomputeError, tested in "
+            "tests/step_methods/test_sparse_grid_hmc.py"
+        )
 
     def failing_fit(self, chain, **settings):
         raise ValueError("planted failure")
