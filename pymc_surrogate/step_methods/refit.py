@@ -301,7 +301,7 @@ class Refits:
                     and _mixes(samples, self.tuning.min_metric_sample_ess)):
                 break
             dense = self._dense_metric(chain, samples)
-            sampled = Whitening.from_samples(samples, dense=dense)
+            sampled = Whitening.from_samples(samples, dense=dense, frame=self._scale_frame())
             if not dense:
                 trust = self.tuning.metric_trust
                 chain_var = chain_scale.covariance
@@ -317,6 +317,11 @@ class Refits:
                                     0 if last else max(200, 4 * self.dim))
             step, samples = warm_up.step_size, warm_up.samples
         chain.step_adapt = self._step_size_adaptation(step)
+
+    def _scale_frame(self) -> Whitening | None:
+        """A scale known before sampling, in which mass matrices are estimated (None: the
+        parameters' own; SparseGridHMC: its box's Gaussian)."""
+        return None
 
     def _dense_metric(self, chain: ChainState, samples: np.ndarray) -> bool:
         """Whether to give the surrogate trajectories a dense mass matrix (``dense_mass``).

@@ -47,6 +47,9 @@ BLEND_DEPTH = 1.0
 #: Black boxes: the draws' share of exact gradient-free exploration steps is the share of
 #: late tuning states outside the box, ignored below the first and capped at the second.
 OUTSIDE_SHARE = (0.02, 0.5)
+#: Below this acceptance of grid trajectories in late tuning, a chain is told its grid
+#: does not follow the model (measured: a rough potential 0.14-0.16, a banana 0.75).
+POOR_MOVE_RATE = 0.3
 
 
 #: A node's failure message when its logp is +inf: no retry, a SamplingError.
@@ -357,9 +360,10 @@ class SparseGridHMC(SurrogateStep):
         finally:
             self.functions.has_gradient = saved_gradient
         probe = chain.explore.probe
-        if probe is not None:
-            return self._no_worse(probe.mean, current), probe.cov, chain.counts.logp_evals + 1
         states = np.array(chain.positions[len(chain.positions) // 2:])
+        if probe is not None:
+            return (self._no_worse(probe.mean, current), _covering(probe.cov, states),
+                    chain.counts.logp_evals + 1)
         if len(np.unique(states, axis=0)) > 2 * self.dim:
             cov = np.cov(states, rowvar=False).reshape(self.dim, self.dim)
             if np.all(np.linalg.eigvalsh(cov) > 0):
@@ -441,8 +445,8 @@ class SparseGridHMC(SurrogateStep):
         axes = np.eye(self.dim) if grid.transform is None else grid.transform.axes
         middle = 0.5 * (lower + upper)
         self.box_mean_ = middle if grid.transform is None else grid.transform.from_box(middle)
-        scaled = axes * self._box_sd
-        self.box_cov_ = scaled @ scaled.T
+        self._box_axes = axes * self._box_sd  # q = box_mean_ + _box_axes @ (unit-sd coordinates)
+        self.box_cov_ = self._box_axes @ self._box_axes.T
 
     # ------------------------------------------------------------ the precompute
     def _precompute(self, nodes: np.ndarray) -> tuple[np.ndarray, int]:
@@ -545,14 +549,30 @@ class SparseGridHMC(SurrogateStep):
 
     def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
         """The box's Gaussian (the Laplace approximation, checked by the model) until tuning
-        has ``5 d`` distinct late states (at least 20) to estimate the scale from: d = 20 with
-        tune = 3 re-adapted the metric on a handful of states (sd z-scores down to -7.7)."""
+        has ``5 d`` distinct late states (at least 20) to estimate the scale from (d = 20 with
+        tune = 3 re-adapted the metric on a handful of states: sd z-scores down to -7.7),
+        then the states' covariance."""
         states = self._late_tuning_states(chain)[0]
+        box = self._scale_frame()
         if len(np.unique(states, axis=0)) >= max(20, 5 * self.dim):
-            return super()._posterior_scale(chain, dense)
-        if dense:
-            return Whitening(self.box_mean_.copy(), np.linalg.cholesky(self.box_cov_))
-        return Whitening(self.box_mean_.copy(), np.sqrt(np.diag(self.box_cov_)))
+            return Whitening.from_samples(states, dense=dense, frame=box)
+        return box if dense else Whitening(box.mean, np.sqrt(np.diag(self.box_cov_)))
+
+    def _scale_frame(self) -> Whitening:
+        """The box's Gaussian: mass matrices are estimated relative to it (a ridge
+        regression's sd of 3.5e-5 drowned in an absolute regulariser: step size 2e-3,
+        256 leapfrog steps a draw, ESS 5)."""
+        return Whitening(self.box_mean_, np.linalg.cholesky(self.box_cov_))
+
+    def _dense_chain_scale(self, chain: ChainState) -> bool:
+        """``dense_mass="auto"``: dense when the box's Gaussian is strongly correlated (the
+        skeleton asks the chain's exploration probe, which a grid's chain never makes:
+        a ridge regression, correlation -0.99999, then got a diagonal metric, ESS 5)."""
+        if self.dense_mass != "auto":
+            return bool(self.dense_mass)
+        scale = np.sqrt(np.diag(self.box_cov_))
+        eigs = np.linalg.eigvalsh(self.box_cov_ / np.outer(scale, scale))
+        return bool(eigs.min() * self.tuning.dense_scale_margin < eigs.max())
 
     def _warm_up(self, chain, chain_scale, field, initial_step, n_samples=0):
         # The step size and metric are tuned on the grid alone: its continuation outside
@@ -668,6 +688,15 @@ class SparseGridHMC(SurrogateStep):
             return 0.0
         return float(np.mean([not self.grid_.contains(q) for q in states]))
 
+    def _move_rate_in_box(self, chain: ChainState) -> float | None:
+        """How often the late tuning iterations that started inside the box moved the
+        chain (the corrected grid trajectories' acceptance); None if fewer than 20 did."""
+        states = self._late_tuning_states(chain)[0]
+        starts = [i for i in range(1, len(states)) if self.grid_.contains(states[i - 1])]
+        if len(starts) < 20:
+            return None
+        return float(np.mean([np.any(states[i] != states[i - 1]) for i in starts]))
+
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         self._q_now = q
         if (self.tune and chain.iteration == 0 and self._start_at_centre
@@ -717,8 +746,19 @@ class SparseGridHMC(SurrogateStep):
         chain = self.chain
         first = not chain.frozen
         share = self._outside_share(chain) if first and not self.has_gradient else 0.0
+        moves = self._move_rate_in_box(chain) if first else None
         tuned = chain.iteration
         super().stop_tuning()
+        if moves is not None and moves < POOR_MOVE_RATE:
+            self._warn(
+                chain, WarningType.BAD_ACCEPTANCE,
+                f"the model accepted {moves:.0%} of a chain's grid trajectories in the second "
+                "half of tuning: the interpolant does not follow the model's potential there "
+                "(a potential rough or noisy at the grid's spacing, which the method assumes "
+                "smooth, or a grid too coarse for the dimension). The draws stay exact but "
+                "may not mix: check R-hat and ESS, or use SurrogateHMC, whose regression "
+                "smooths what a grid interpolates.",
+            )
         # the first re-adaptation on the grid (``_new_chain`` sets the schedule's start at 1)
         first_refit = int(np.ceil(self.tuning.refit_growth + self.tuning.refit_offset))
         if first and tuned < first_refit:
@@ -766,6 +806,25 @@ class SparseGridHMC(SurrogateStep):
         if state.get("executor") not in (*SERIAL, "auto", "process"):
             state["executor"] = None
         return state
+
+
+def _covering(cov: np.ndarray, states: np.ndarray) -> np.ndarray:
+    """``cov``, widened along every direction in which the ``states`` spread further.
+
+    A black box's value-regression probe fits a quadratic to noisy or rough values: on a
+    potential rough at the 1e-4 scale it gave sds 0.2 and 0.12 where the posterior's are
+    1, and the chains lived outside the box. The exploration's own states bound the
+    spread from below. In ``cov``'s whitened frame, the states' covariance's eigenvalues
+    below 1 are raised to 1: the result is at least both.
+    """
+    dim = cov.shape[0]
+    if len(np.unique(states, axis=0)) <= 2 * dim:
+        return cov
+    factor = np.linalg.cholesky(cov)
+    white = np.linalg.solve(factor, (states - states.mean(axis=0)).T)
+    lam, vecs = np.linalg.eigh(np.cov(white).reshape(dim, dim))
+    widened = factor @ vecs * np.sqrt(np.maximum(lam, 1.0))
+    return widened @ widened.T
 
 
 # ---------------------------------------------------------------- node evaluation

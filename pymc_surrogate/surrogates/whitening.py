@@ -41,13 +41,24 @@ class Whitening:
         return cls(np.zeros(dim), np.ones(dim))
 
     @classmethod
-    def from_samples(cls, samples: np.ndarray, dense: bool = False) -> Whitening:
+    def from_samples(cls, samples: np.ndarray, dense: bool = False,
+                     frame: Whitening | None = None) -> Whitening:
         """Estimate the whitening from draws, regularised toward the identity.
 
         The shrinkage ``n/(n+5) * S + 1e-3 * 5/(n+5) * I`` is Stan's windowed-adaptation
         regulariser: harmless with many draws, and it keeps a handful of draws (or a
-        chain stuck on one value) from producing a singular scale.
+        chain stuck on one value) from producing a singular scale. Its ridge is absolute:
+        with ``frame`` (a whitening known to be about right) the estimate is made in
+        ``frame``'s whitened coordinates, so the ridge is relative to that scale (a
+        ridge regression's narrowest sd, 3.5e-5, is far below 1e-3 * 5 / (n + 5)).
         """
+        if frame is not None:
+            inner = cls.from_samples(frame.to_white(samples), dense=dense)
+            factor = frame.chol if frame.dense else np.diag(frame.chol)
+            mean = frame.from_white(inner.mean)
+            if dense:  # a product of lower-triangular factors is the Cholesky factor
+                return cls(mean, factor @ inner.chol)
+            return cls(mean, np.sqrt(np.einsum("ij,j,ij->i", factor, inner.chol**2, factor)))
         samples = np.atleast_2d(np.asarray(samples, dtype=np.float64))
         n, dim = samples.shape
         if n == 0:

@@ -47,3 +47,31 @@ def test_points_on_very_different_scales_do_not_break_the_factor():
     whitening = Whitening.from_samples(points, dense=True)
     assert np.all(np.isfinite(whitening.chol))
     assert np.all(np.isfinite(whitening.to_white(points)))
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_frame_makes_the_regulariser_relative(dense):
+    """A ridge regression's posterior (sds 29 and 7e-3, correlation -0.99999, narrowest
+    principal sd 3.5e-5): estimated in parameter space the absolute ridge swamps the
+    narrow direction; in a frame of about the right scale, the estimate is right."""
+    rng = np.random.default_rng(2)
+    sd, rho = np.array([29.0, 7.3e-3]), -0.999988
+    cov = np.outer(sd, sd) * np.array([[1.0, rho], [rho, 1.0]])
+    samples = rng.multivariate_normal([-78.0, 0.022], cov, size=500)
+    frame = Whitening(np.array([-77.0, 0.02]), np.linalg.cholesky(cov * 1.3))
+    narrow = np.linalg.eigh(cov)[1][:, 0]
+
+    def narrow_variance(whitening):
+        full = whitening.covariance if whitening.dense else np.diag(whitening.covariance)
+        return narrow @ full @ narrow
+
+    framed = Whitening.from_samples(samples, dense=dense, frame=frame)
+    plain = Whitening.from_samples(samples, dense=dense)
+    truth = narrow @ cov @ narrow
+    np.testing.assert_allclose(np.diag(np.atleast_2d(framed.covariance)) if dense
+                               else framed.covariance, np.diag(np.cov(samples.T)), rtol=0.02)
+    if dense:
+        assert 0.8 < narrow_variance(framed) / truth < 1.25
+        assert narrow_variance(plain) / truth > 1e3  # swamped by the absolute ridge
+    x = framed.to_white(samples)
+    np.testing.assert_allclose(framed.from_white(x), samples, rtol=1e-9, atol=1e-9)
