@@ -242,6 +242,13 @@ class Payoff:
                 "figures were measured with 2 chains, 2 cores); BLAS limited to one thread"
             ),
         }
+        import pytensor
+
+        if not pytensor.config.blas__ldflags:
+            self.meta["pytensor BLAS"] = (
+                "none linked (pytensor.config.blas__ldflags is empty): PyTensor's own dot "
+                "products, in NUTS's and the samplers' true-model evaluations alike"
+            )
         if self.registry_error:
             self.meta["step registry"] = self.registry_error
         for t in args.targets:
@@ -355,7 +362,7 @@ class Payoff:
         else:
             verdict = "PASS" if ok else "FAIL"
         if text is None:
-            text = _num(value)
+            text = _rhat(value) if "r-hat" in figure else _num(value)
             if not np.isfinite(value):
                 verdict = "–"
         self.figures[target].append(
@@ -403,12 +410,12 @@ class Payoff:
             if self.not_run(1, name, label, row):
                 continue
             detail = (f"min ESS {_fmt(row['min_ess_bulk'], 'min_ess_bulk')}, "
-                      f"{int(row['n_logp'])} solves, mean |z| vs NUTS max "
+                      f"{int(row['n_logp'])} solves, max |z| of the means vs NUTS "
                       f"{_num(row['mean_err_mcse'])}, seed {self.cfg['pde_seed']}")
             self.figure(1, name, row["evals_per_ess"], label, nuts_spe, detail,
                         ok=None if self.args.quick else row["evals_per_ess"] <= lim)
             self.figure(1, f"max r-hat (tune={tune})", row["max_rhat"],
-                        "≤ 1.01" if tune == 300 else "(none)", _num(nuts["max_rhat"]),
+                        "≤ 1.01" if tune == 300 else "(none)", _rhat(nuts["max_rhat"]),
                         ok=None if (self.args.quick or tune != 300)
                         else row["max_rhat"] <= 1.01)
 
@@ -430,7 +437,7 @@ class Payoff:
         spe = np.array([r["evals_per_ess"] for r in done])
         per_seed = ", ".join(f"s{r['seed']}: {_num(r['evals_per_ess'])} (ESS "
                              f"{_fmt(r['min_ess_bulk'], 'min_ess_bulk')}, r-hat "
-                             f"{_num(r['max_rhat'])})" for r in done)
+                             f"{_rhat(r['max_rhat'])})" for r in done)
         missing = [str(r["seed"]) for r in rows if r["status"] != "ok"]
         detail = per_seed + (f"; seeds not measured: {', '.join(missing)}" if missing else "")
         quick = self.args.quick
@@ -508,7 +515,7 @@ class Payoff:
                         _fmt(nuts["min_ess_bulk"], "min_ess_bulk") if nuts["status"] == "ok"
                         else nuts["note"],
                         f"min tail ESS {_fmt(row['min_ess_tail'], 'min_ess_tail')}, r-hat "
-                        f"{_num(row['max_rhat'])}, {int(row['n_logp'])} logp + "
+                        f"{_rhat(row['max_rhat'])}, {int(row['n_logp'])} logp + "
                         f"{int(row['n_grad'])} grad evaluations",
                         ok=None if q else row["min_ess_bulk"] >= 400)
         name = f"exactness: max |z| of the {d} means vs exact"
@@ -611,6 +618,11 @@ def _num(value: Any) -> str:
     if math.isinf(v):
         return "inf"
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def _rhat(value: Any) -> str:
+    v = float(value)
+    return "–" if math.isnan(v) else f"{v:.3f}"
 
 
 def _n(spec: tuple) -> str:
