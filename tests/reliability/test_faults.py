@@ -21,6 +21,7 @@ from tests.reliability.registry import accepts, designed
 from tests.reliability.helpers import (
     BlackBoxLogp,
     assert_healthy,
+    check_moments,
     assert_moments,
     black_box_step,
     recorded_warnings,
