@@ -139,7 +139,8 @@ class SparseGridHMC(SurrogateStep):
     tuning states outside the box) are exact gradient-free exploration steps. Nodes
     where the logp is -inf or NaN (a truncation or constraint inside the box) are outside
     the support: the interpolant continues the potential there (a quadratic fitted to the
-    finite nodes) and the correction rejects what crosses the edge; a node whose evaluation *raises* is a failure (retried once, then reported). The
+    finite nodes) and the correction rejects what crosses the edge; a node whose
+    evaluation *raises* is a failure (retried once, then reported). The
     precompute's cost is in ``precompute_`` (``nodes``, ``model_evals``, ``seconds``,
     ``retried``, ``outside_support``). Stats beyond ``SurrogateHMC``'s: ``approximate``,
     ``in_domain``.
