@@ -462,6 +462,12 @@ class KernelExpFamilyLite:
         cool = 1.0 / self.temperature
         return cool * (base - total), cool * ((self._base * x - grad_x) @ self._inverse_chol)
 
+    def base_only(self) -> KernelExpFamilyLite:
+        """This fit with ``f = 0``: the Gaussian base measure alone (same whitening)."""
+        plain = copy.copy(self)
+        plain.alpha_ = np.zeros_like(self.alpha_)
+        return plain
+
 
 # ---------------------------------------------------------------------- finite form
 def _finite_sums(
@@ -735,6 +741,13 @@ class KernelExpFamilyFinite:
             inner = np.eye(dim) + factor.T @ p_a  # I_d + A^T P A: positive definite
             p_mat = p_mat - p_a @ _solve_spd(inner, p_a.T)
         return 0.5 * (p_mat + p_mat.T)
+
+    def base_only(self) -> KernelExpFamilyFinite:
+        """This fit with ``f = 0``: the Gaussian base measure alone (same whitening)."""
+        plain = copy.copy(self)
+        plain.theta_ = np.zeros_like(self.theta_)
+        plain._theta_q = np.zeros_like(self._theta_q)
+        return plain
 
     def snapshot(self) -> KernelExpFamilyFinite:
         """A copy with what was learned so far, fixed whatever ``partial_fit`` does next.

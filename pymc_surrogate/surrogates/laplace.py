@@ -48,7 +48,8 @@ class Gaussian(NamedTuple):
         return self.mean + rng.standard_normal((size, self.mean.shape[0])) @ chol.T
 
 
-def laplace_from_values(positions: np.ndarray, potentials: np.ndarray) -> Gaussian | None:
+def laplace_from_values(positions: np.ndarray, potentials: np.ndarray,
+                        trust_region: bool = True) -> Gaussian | None:
     """Fit ``U(q) ~ c + b.q + q^T A q / 2`` to the lowest potentials; return ``N(-A^-1 b, A^-1)``.
 
     The lowest potentials are used (a trust region in energy): a local quadratic model of
@@ -61,6 +62,9 @@ def laplace_from_values(positions: np.ndarray, potentials: np.ndarray) -> Gaussi
     positions : ndarray of shape (n, d)
     potentials : ndarray of shape (n,)
         ``-logp`` at ``positions``; non-finite ones are ignored.
+    trust_region : bool
+        Hold the mean and sds to ``TRUST_FACTOR`` times the points' spread (default);
+        ``False`` returns the fit as it is (a caller that judges it against the values).
 
     Returns
     -------
@@ -104,7 +108,9 @@ def laplace_from_values(positions: np.ndarray, potentials: np.ndarray) -> Gaussi
         return None
     hessian = polynomial.quadratic_matrix(coef)
     gaussian = _gaussian(hessian, coef[1 : 1 + dim], whitening, level)
-    return None if gaussian is None else _within_trust_region(gaussian, positions)
+    if gaussian is None or not trust_region:
+        return gaussian
+    return _within_trust_region(gaussian, positions)
 
 
 def _within_trust_region(gaussian: Gaussian, positions: np.ndarray) -> Gaussian:

@@ -120,3 +120,15 @@ def test_a_far_extrapolated_fit_stays_in_its_trust_region():
     assert np.max(np.abs(gaussian.mean)) <= 1.01 * TRUST_FACTOR * radius * spread.max()
     assert np.all(np.sqrt(np.linalg.eigvalsh(gaussian.cov)) <= 1.01 * TRUST_FACTOR * spread.max())
     assert gaussian.mean[0] > points[:, 0].mean()  # toward the minimum, only damped
+
+
+def test_without_the_trust_region_the_fit_is_returned_as_it_is():
+    """``trust_region=False`` (KernelHMC's base, judged against the values): an exact
+    quadratic from points spread 0.1 gives its own curvature, not sds of twice 0.1."""
+    dim = 4
+    rng = np.random.default_rng(6)
+    points = 0.1 * rng.standard_normal((80, dim))
+    gaussian = laplace_from_values(points, 0.5 * np.sum(points**2, axis=1), trust_region=False)
+    np.testing.assert_allclose(gaussian.cov, np.eye(dim), atol=1e-6)
+    clipped = laplace_from_values(points, 0.5 * np.sum(points**2, axis=1))
+    assert np.max(np.linalg.eigvalsh(clipped.cov)) < 0.2
