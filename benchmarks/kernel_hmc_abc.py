@@ -69,7 +69,8 @@ def _mcmc_samplers():
         ("Slice", pm.Slice, {}),
         ("NUTS (closed-form ABC lik.)", None, {}),
         # Diagnostic, not ABC: the same posterior without the noise, as a black box.
-        ("KernelHMC lite (closed-form ABC lik., black box)", KernelHMC, {"form": "lite"}),
+        ("KernelHMC lite (closed-form ABC lik., black box)", KernelHMC,
+         {"form": "lite", "use_gradient": False}),
     ]
 
 

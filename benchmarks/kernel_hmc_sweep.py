@@ -4,7 +4,7 @@ The kmc Fig. 2 picture, measured with the MCMC rather than along hypothetical tr
 a Gaussian target in d = 2, 5, 10, 20, 50 whose covariance is the paper's "challenging"
 one (kmc §6, App. D.1): eigenvalues drawn from Gamma(1, 1), rotated by a uniformly drawn
 orthogonal matrix (fixed seed per d). The density is given to the samplers as a black box
-(KernelHMC never uses a gradient by default); ``pm.DEMetropolisZ`` on the same model is the
+(KernelHMC told use_gradient=False); ``pm.DEMetropolisZ`` on the same model is the
 gradient-free reference line. Exact moments are known, so errors are against the truth.
 ``--target iid`` runs the same sweep on N(0, I), the well-conditioned control that separates
 "the target is hard for a 2000-iteration chain" from "KernelHMC fails".
@@ -115,8 +115,8 @@ def _samplers(names):
     from pymc_surrogate.step_methods.kernel_hmc import KernelHMC
 
     table = {
-        "KernelHMC lite": (KernelHMC, {"form": "lite"}),
-        "KernelHMC finite": (KernelHMC, {"form": "finite"}),
+        "KernelHMC lite": (KernelHMC, {"form": "lite", "use_gradient": False}),
+        "KernelHMC finite": (KernelHMC, {"form": "finite", "use_gradient": False}),
         "DEMetropolisZ": (pm.DEMetropolisZ, {}),
     }
     return [(n, *table[n]) for n in names]

@@ -244,6 +244,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, Ar
         """Step sizes, path length, mass matrix, tuning trace, and the refit schedule."""
         if exploring and not self.has_gradient:
             chain.explore_adapt.update(info.adapt_stat, True)
+            chain.explore.adapted += 1
         elif not (exploring and chain.surrogate is not None):
             # the step size of surrogate trajectories learns from surrogate steps only
             chain.step_adapt.update(info.adapt_stat, True)

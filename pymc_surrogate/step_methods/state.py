@@ -58,6 +58,7 @@ class ExploreState:
     probe: Any = None  # a Laplace approximation from values or gradients (surrogates/laplace.py)
     probe_size: int = 0  # training-set size at the last probe fit
     probe_draws: np.ndarray | None = None  # its draws: the DE history while it exists
+    adapted: int = 0  # tune's updates of the DE scale factor (explore_adapt)
 
 
 @dataclass

@@ -317,8 +317,11 @@ def test_too_few_points_fall_back_and_say_so(step):
     with pm.Model():
         pm.Normal("x", 0.0, 1.0, shape=dim)
         s = step()
+        # A gradient-free step (KernelHMC's default) falls back to DE-MCz, exact but slow in
+        # d = 20: per-chain ESS 2-39 in 1000 draws, under the check's floor of 100 summed.
+        draws = 1000 if s.has_gradient else 4000
         with recorded_warnings() as caught:
-            idata = sample(s, tune=3, draws=1000)
+            idata = sample(s, tune=3, draws=draws)
     assert_healthy(idata)
     messages = warning_messages(caught, type(s).__name__)
     uses = idata.sample_stats["uses_surrogate"].values

@@ -70,8 +70,10 @@ def test_ten_dimensional_gaussian_from_a_short_tune(form):
     assert min(bulk_ess(c) for c in draws.T) > 800
 
 
-def test_auto_temperature_follows_the_model_values():
-    """``T = 1 / slope`` of the model's potentials on the fit's, never below 1."""
+def test_auto_temperature_keeps_the_surrogate_no_steeper_than_the_model():
+    """``T``: the largest rise ratio surrogate / model over the points evaluated, in
+    [1, MAX_TEMPERATURE]; a fit right in the bulk but steeper in a tail is tempered by the
+    tail's ratio (a slope fitted by least squares followed the bulk and missed it)."""
     from pymc_surrogate.step_methods.kernel_hmc import MAX_TEMPERATURE, _tempered_misfit
 
     rng = np.random.default_rng(0)
@@ -79,7 +81,9 @@ def test_auto_temperature_follows_the_model_values():
     assert _tempered_misfit(potentials + 3.0, potentials) == pytest.approx((0.0, 1.0), abs=1e-9)
     assert _tempered_misfit(2.0 * potentials, potentials) == pytest.approx((0.0, 2.0), abs=1e-9)
     assert _tempered_misfit(0.5 * potentials, potentials)[1] == 1.0  # never sharpened
-    assert _tempered_misfit(-potentials, potentials)[1] == MAX_TEMPERATURE
+    steep_tail = np.where(potentials > np.quantile(potentials, 0.9), 3.0, 1.0) * potentials
+    assert 3.0 <= _tempered_misfit(steep_tail, potentials)[1] < MAX_TEMPERATURE
+    assert _tempered_misfit(10.0 * potentials, potentials)[1] == MAX_TEMPERATURE
     assert _tempered_misfit(2.0 * potentials, potentials, temperature=1.0)[0] > 0.1
     assert _tempered_misfit(np.full(200, np.inf), potentials)[0] == np.inf
 
