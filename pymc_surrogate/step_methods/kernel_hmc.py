@@ -32,9 +32,8 @@ FORMS = ("lite", "finite")
 AUTO_DECAY = {"lite": 1.0, "finite": 0.5}
 #: Most tune evaluations a fit is judged on against the base alone (``_no_worse_than_base``).
 VALUE_CHECK_POINTS = 1000
-#: ``temperature="auto"``: the share of far points at which the tempered surrogate may
-#: still rise faster than the model, and how far (nats) above the lowest a point must be.
-TAIL_QUANTILE = 1.0
+#: ``temperature="auto"``: how far (nats) above the lowest points a point must be for its
+#: rise ratio to count (``_tail_temperature``).
 MIN_RISE = 2.0
 #: ``temperature="auto"`` where the values cannot judge the fit (a compound step's block):
 #: 1.5 widens a Gaussian surrogate by 1.22 (at 1, on PyMC 6, a block next to pm.Slice had
@@ -95,10 +94,11 @@ class KernelHMC(SurrogateStep):
         narrower than the posterior makes the exact correction sticky (its weight
         ``pi / pi~`` grows without bound in the tails), a wider one lowers the
         acceptance, the more so the higher the dimension (a Gaussian tempered by 1.5:
-        acceptance about 0.6 in d = 10, 0.4 in d = 20). "auto" (default): ``1 / b`` for
-        the slope ``b`` of the model's potentials on the fit's at the tune's
-        evaluations, within [1, ``MAX_TEMPERATURE``]: 1 for a surrogate that follows the
-        model, more for one steeper than it.
+        acceptance about 0.6 in d = 10, 0.4 in d = 20). "auto" (default): the largest
+        ratio of the fit's rise to the model's at the tune's evaluations, within
+        [1, ``MAX_TEMPERATURE``] (``_tail_temperature``): 1 for a surrogate that follows
+        the model, more for one steeper than it anywhere evaluated; 1.5 for a block of a
+        compound step, whose values cannot judge the fit.
     base_scale : float or None
         Standard deviation of the fit's Gaussian base measure in whitened coordinates;
         ``None`` drops it (the paper's form: the lite density is then improper, and the
@@ -163,8 +163,9 @@ class KernelHMC(SurrogateStep):
       the state and its estimate before the draws.
 
     Stats beyond ``SurrogateHMC``'s: ``adaptations`` (surrogate updates so far),
-    ``adapted`` (this iteration), ``kernel_sigma``, ``kernel_lam``, ``kernel_temperature``; ``training_size`` is
-    the number of states the current surrogate was fitted to.
+    ``adapted`` (this iteration), ``kernel_sigma``, ``kernel_lam``,
+    ``kernel_temperature``; ``training_size`` is the number of states the current surrogate
+    was fitted to.
 
     References
     ----------
@@ -336,9 +337,8 @@ class KernelHMC(SurrogateStep):
         model's own potentials at tune evaluations out of the fit's sample
         (``_out_of_sample``): the misfit of ``U`` by ``U~ / T`` with ``f`` and without it
         (``_tempered_misfit``; noisy pseudo-marginal values add the same spread to both).
-        ``temperature="auto"``: ``T = 1 / b`` for the least-squares slope ``b`` of ``U``
-        on the fit's ``U~``, within [1, ``MAX_TEMPERATURE``] (N(0, I), d = 20, exact base:
-        a fixed 1.5 gave acceptance 0.34, ESS 96 in 2 x 1000 draws).
+        ``temperature="auto"``: ``_tail_temperature`` (N(0, I), d = 20, exact base: a
+        fixed 1.5 gave acceptance 0.34, ESS 96 in 2 x 1000 draws; the rule gives 1).
         """
         positions, potentials = self._out_of_sample(chain)
         if positions is None:
@@ -503,9 +503,7 @@ def _tempered_misfit(fitted: np.ndarray, potentials: np.ndarray,
                      temperature: float | None = None) -> tuple[float, float]:
     """How well ``fitted / T`` follows ``potentials`` up to a level: ``(var(U - U~ / T), T)``.
 
-    ``T`` given, or ``1 / b`` for the least-squares slope ``b`` of ``U`` on ``U~`` within
-    [1, ``MAX_TEMPERATURE``] (a fit never sharpened: a surrogate narrower than the model
-    is what makes the exact correction sticky).
+    ``T`` given, or ``_tail_temperature``'s.
     """
     if not (np.all(np.isfinite(fitted)) and np.all(np.isfinite(potentials))):
         return np.inf, np.nan
@@ -515,14 +513,17 @@ def _tempered_misfit(fitted: np.ndarray, potentials: np.ndarray,
 
 
 def _tail_temperature(fitted: np.ndarray, potentials: np.ndarray) -> float:
-    """The temperature at which the surrogate rises no faster than the model at most of
-    the points evaluated: the ``TAIL_QUANTILE`` of the rise ratios ``dU~ / dU`` from the
-    lowest tenth of the points, over points the model puts ``MIN_RISE`` above them.
+    """The temperature at which the surrogate rises no faster than the model at any of
+    the points evaluated: the largest rise ratio ``dU~ / dU`` from the lowest tenth of the
+    points, over points the model puts ``MIN_RISE`` above them, in [1, ``MAX_TEMPERATURE``]
+    (never sharpened: a surrogate narrower than the model is what makes the exact
+    correction sticky).
 
     The exact correction's weight ``pi / pi~`` grows without bound where the surrogate
-    falls faster than the model: a chain that gets there stays (the 2-d banana's arms:
-    sds 0.8 of the truth's with every chain agreeing). A least-squares slope follows the
-    bulk of the points and missed those arms.
+    rises faster than the model: the chain rarely gets there and stays when it does (the
+    2-d banana's arms: sds 0.8 of the truth's with every chain agreeing). A least-squares
+    slope follows the bulk of the points and missed those arms, as did the 90% quantile
+    of the ratios at one of the two seeds of tests/step_methods' banana.
     """
     low = potentials <= np.quantile(potentials, 0.1)
     rise = potentials - potentials[low].mean()
@@ -530,5 +531,4 @@ def _tail_temperature(fitted: np.ndarray, potentials: np.ndarray) -> float:
     far = rise > MIN_RISE
     if not np.any(far):
         return 1.0
-    ratio = np.quantile(fitted_rise[far] / rise[far], TAIL_QUANTILE)
-    return float(np.clip(ratio, 1.0, MAX_TEMPERATURE))
+    return float(np.clip(np.max(fitted_rise[far] / rise[far]), 1.0, MAX_TEMPERATURE))
