@@ -20,7 +20,7 @@ from pymc_surrogate.surrogates.kernel_exp_family import (
     KernelExpFamilyFinite,
     KernelExpFamilyLite,
 )
-from pymc_surrogate.surrogates.laplace import laplace_from_values
+from pymc_surrogate.surrogates.laplace import laplace_from_values, within_trust_region
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["KernelHMC"]
@@ -316,17 +316,18 @@ class KernelHMC(SurrogateStep):
         history = self._history(chain)
         dim = self.context.block_dim
         inputs, whitening = self.context.training_inputs(history[:, :dim], history[:, dim:])
-        whitening = self._base_from_values(chain, whitening)
+        judge = self._out_of_sample(chain)
+        whitening = self._base_from_values(chain, whitening, judge)
         surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
         # No check of the cross-validated score: it is relative to the Gaussian base, so a
         # fit that says nothing beyond it (score >= 0, the largest penalty) is that Gaussian,
         # a proper and usable surrogate, not a flat one.
-        fitted = self._no_worse_than_base(chain, surrogate.fit(inputs))
+        fitted = self._no_worse_than_base(chain, surrogate.fit(inputs), judge)
         chain.kernel.fit_end = len(chain.kernel.states)
         chain.kernel.fitted_on = len(history)
         return fitted
 
-    def _no_worse_than_base(self, chain: KernelChainState, surrogate):
+    def _no_worse_than_base(self, chain: KernelChainState, surrogate, judge=None):
         """``surrogate``, or its Gaussian base alone if ``f`` follows the model worse;
         with ``temperature="auto"``, tempered to the model's values.
 
@@ -339,8 +340,9 @@ class KernelHMC(SurrogateStep):
         (``_tempered_misfit``; noisy pseudo-marginal values add the same spread to both).
         ``temperature="auto"``: ``_tail_temperature`` (N(0, I), d = 20, exact base: a
         fixed 1.5 gave acceptance 0.34, ESS 96 in 2 x 1000 draws; the rule gives 1).
+        ``judge``: ``_out_of_sample(chain)`` if the caller has it.
         """
-        positions, potentials = self._out_of_sample(chain)
+        positions, potentials = self._out_of_sample(chain) if judge is None else judge
         if positions is None:
             if self.temperature != "auto":
                 return surrogate
@@ -361,7 +363,8 @@ class KernelHMC(SurrogateStep):
             chosen.temperature = temperature
         return chosen
 
-    def _base_from_values(self, chain: KernelChainState, states: Whitening) -> Whitening:
+    def _base_from_values(self, chain: KernelChainState, states: Whitening,
+                          judge: tuple) -> Whitening:
         """The whitening, and so the Gaussian base measure: the states' Gaussian or a
         quadratic regression of the tune's model values, whichever follows the model's
         values best (``_out_of_sample``; the quadratic with and without its trust region).
@@ -378,15 +381,14 @@ class KernelHMC(SurrogateStep):
         a function of the chain's history, which is all the vanishing adaptation's
         argument needs. Blocks of a compound step keep the states' whitening.
         """
-        positions, potentials = self._out_of_sample(chain)
+        positions, potentials = judge
         if positions is None:
             return states
         candidates = [states]
-        for trust_region in (True, False):
-            gaussian = laplace_from_values(chain.training.positions, chain.training.potentials,
-                                           trust_region=trust_region)
-            if gaussian is None:
-                continue
+        fit = laplace_from_values(chain.training.positions, chain.training.potentials,
+                                  trust_region=False)
+        for gaussian in (() if fit is None else
+                         (within_trust_region(fit, chain.training.positions), fit)):
             try:
                 candidates.append(Whitening(gaussian.mean.copy(), np.linalg.cholesky(gaussian.cov)))
             except np.linalg.LinAlgError:

@@ -463,9 +463,16 @@ class KernelExpFamilyLite:
         return cool * (base - total), cool * ((self._base * x - grad_x) @ self._inverse_chol)
 
     def base_only(self) -> KernelExpFamilyLite:
-        """This fit with ``f = 0``: the Gaussian base measure alone (same whitening)."""
+        """This fit with ``f = 0``: the Gaussian base measure alone (same whitening).
+
+        Without a basis: a zero weight per basis point would still cost ``O(n d)`` a
+        gradient in the leapfrog loop for nothing.
+        """
         plain = copy.copy(self)
-        plain.alpha_ = np.zeros_like(self.alpha_)
+        plain.basis_ = self.basis_[:0]
+        plain.alpha_ = self.alpha_[:0]
+        plain._scaled_basis = self._scaled_basis[:0]
+        plain._log_scale = self._log_scale[:0]
         return plain
 
 
@@ -746,6 +753,8 @@ class KernelExpFamilyFinite:
         """This fit with ``f = 0``: the Gaussian base measure alone (same whitening)."""
         plain = copy.copy(self)
         plain.theta_ = np.zeros_like(self.theta_)
+        # The features stay: an online learner continues from this object (partial_fit
+        # rebuilds the weights over all of them).
         plain._theta_q = np.zeros_like(self._theta_q)
         return plain
 

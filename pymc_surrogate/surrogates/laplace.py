@@ -16,7 +16,7 @@ import numpy as np
 from pymc_surrogate.surrogates.features import PolynomialFeatures, polynomial_size
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["Gaussian", "laplace_at", "laplace_from_values"]
+__all__ = ["Gaussian", "laplace_at", "laplace_from_values", "within_trust_region"]
 
 #: Points per quadratic coefficient: the fit uses the lowest potentials up to this many.
 POINTS_PER_COEFFICIENT = 3.0
@@ -110,10 +110,10 @@ def laplace_from_values(positions: np.ndarray, potentials: np.ndarray,
     gaussian = _gaussian(hessian, coef[1 : 1 + dim], whitening, level)
     if gaussian is None or not trust_region:
         return gaussian
-    return _within_trust_region(gaussian, positions)
+    return within_trust_region(gaussian, positions)
 
 
-def _within_trust_region(gaussian: Gaussian, positions: np.ndarray) -> Gaussian:
+def within_trust_region(gaussian: Gaussian, positions: np.ndarray) -> Gaussian:
     """``gaussian`` with its mean and sds held to ``TRUST_FACTOR`` times the spread of
     ``positions``, in the coordinates where those are white."""
     cloud = Whitening.from_samples(positions, dense=positions.shape[0] > positions.shape[1])
