@@ -6,6 +6,7 @@ corrects with the true model logp, so the chain targets the exact posterior.
 
 from pymc_surrogate.step_methods import (
     AdaptiveSurrogateHMC,
+    KernelHMC,
     ModelEvaluationError,
     SparseGridHMC,
     SurrogateHMC,
@@ -20,7 +21,8 @@ STEP_METHODS: dict[str, type[SurrogateStep]] = {
     "SurrogateHMC": SurrogateHMC,
     "AdaptiveSurrogateHMC": AdaptiveSurrogateHMC,
     "VariationalHMC": VariationalHMC,
+    "KernelHMC": KernelHMC,
     "SparseGridHMC": SparseGridHMC,
 }
 
-__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "SparseGridHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]
+__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "KernelHMC", "SparseGridHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]
