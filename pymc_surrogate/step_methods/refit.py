@@ -55,13 +55,7 @@ class Refits:
         """The fit on all tuning data when tuning ends; False if the draws have no surrogate."""
         if chain.surrogate is None and not self._enough_data(chain):
             chain.explore.history = self._explore_history(chain)
-            short = []
-            if chain.iteration < self.explore_steps:
-                short.append(f"{chain.iteration} iterations, fewer than the {self.explore_steps} "
-                             "exploration steps before a first fit")
-            if len(chain.training) < self._min_points():
-                short.append(f"{len(chain.training)} training points, fewer than the "
-                             f"{self._min_points()} a fit needs")
+            short = self._data_shortfall(chain)
             self._warn(
                 chain, WarningType.BAD_PARAMS,
                 f"a chain ended tuning too early to fit a surrogate ({'; '.join(short)}). Its "
@@ -107,6 +101,17 @@ class Refits:
                 "a better first surrogate.",
             )
         return True
+
+    def _data_shortfall(self, chain: ChainState) -> list[str]:
+        """What a chain lacked for a first fit, for the warning when tuning ends without one."""
+        short = []
+        if chain.iteration < self.explore_steps:
+            short.append(f"{chain.iteration} iterations, fewer than the {self.explore_steps} "
+                         "exploration steps before a first fit")
+        if len(chain.training) < self._min_points():
+            short.append(f"{len(chain.training)} training points, fewer than the "
+                         f"{self._min_points()} a fit needs")
+        return short
 
     def _enough_data(self, chain: ChainState) -> bool:
         return (

@@ -6,10 +6,12 @@ coordinate), a variance within 4 standard errors of the second moment (ESS of th
 deviation, whose autocorrelation differs from the coordinate's).
 """
 
+import logging
 import warnings
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 
 from benchmarks.models.haario_banana import haario_banana_moments, make_haario_banana
@@ -224,3 +226,22 @@ def test_bad_settings_raise_naming_the_setting(settings, name):
     with gaussian_model(np.zeros(2), COV, black_box=True):
         with pytest.raises(ValueError, match=name):
             KernelHMC(**settings)
+
+
+def test_a_stuck_chain_skips_the_fit_with_one_warning_saying_so(caplog):
+    """Every state equal (a logp finite at the initial point only): no fit, one warning
+    naming the distinct states, not the evaluations; the draws fall back, exactly."""
+    with pm.Model():
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        pm.Potential("p", pt.switch(pt.all(pt.eq(x, 0.0)), 0.0, -np.inf))
+        with caplog.at_level(logging.WARNING, logger="pymc"):
+            idata = pm.sample(draws=200, tune=400, chains=1, step=KernelHMC(use_gradient=False),
+                              random_seed=1, **SAMPLE)
+    fit_warnings = [r.getMessage() for r in caplog.records
+                    if "too early to fit a surrogate" in r.getMessage()]
+    assert len(fit_warnings) == 1, fit_warnings
+    assert "1 distinct states" in fit_warnings[0] and "barely moved" in fit_warnings[0]
+    stats = idata.sample_stats
+    assert not bool(stats.uses_surrogate.values.any())
+    assert bool(stats.fallback.values.all())
+    assert int(stats.surrogate_fits.values.max()) == 0
