@@ -432,21 +432,16 @@ class KernelHMC(SurrogateStep):
     def _distinct_states(self, chain: KernelChainState) -> int:
         return len(np.unique(self._history(chain), axis=0))
 
-    def _data_shortfall(self, chain: KernelChainState) -> list[str]:
+    def _points_shortfall(self, chain: KernelChainState) -> str | None:
         """The fit learns from distinct states, not evaluations: a stuck chain (every state
         the same) has none to learn from however long it tuned."""
-        short = []
-        if chain.iteration < self.explore_steps:
-            short.append(f"{chain.iteration} iterations, fewer than the {self.explore_steps} "
-                         "exploration steps before a first fit")
         distinct = self._distinct_states(chain)
-        if distinct < self._min_points():
-            short.append(f"{distinct} distinct states in the second half of tuning, fewer "
-                         f"than the {self._min_points()} a fit needs")
-            if chain.iteration >= self.explore_steps:
-                short.append("the chain barely moved: check the model's logp near the "
-                             "initial point")
-        return short
+        if distinct >= self._min_points():
+            return None
+        stuck = ("; the chain barely moved: check the model's logp near the initial point"
+                 if chain.iteration >= self.explore_steps else "")
+        return (f"{distinct} distinct states in the second half of tuning, fewer than the "
+                f"{self._min_points()} a fit needs{stuck}")
 
     # ------------------------------------------------ vanishing adaptation (kmc §5)
     def _after_iteration(self, chain: KernelChainState, info: TransitionInfo) -> None:

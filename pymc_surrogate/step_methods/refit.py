@@ -108,10 +108,14 @@ class Refits:
         if chain.iteration < self.explore_steps:
             short.append(f"{chain.iteration} iterations, fewer than the {self.explore_steps} "
                          "exploration steps before a first fit")
-        if len(chain.training) < self._min_points():
-            short.append(f"{len(chain.training)} training points, fewer than the "
-                         f"{self._min_points()} a fit needs")
-        return short
+        points = self._points_shortfall(chain)
+        return short + ([points] if points else [])
+
+    def _points_shortfall(self, chain: ChainState) -> str | None:
+        """Too little to learn from, said in what the surrogate learns from (None: enough)."""
+        if len(chain.training) >= self._min_points():
+            return None
+        return f"{len(chain.training)} training points, fewer than the {self._min_points()} a fit needs"
 
     def _enough_data(self, chain: ChainState) -> bool:
         return (
