@@ -424,18 +424,10 @@ class KernelHMC(SurrogateStep):
     def _min_points(self) -> int:
         return self.policy.min_states(self.dim)
 
-    def _enough_data(self, chain: KernelChainState) -> bool:
-        if chain.iteration < self.explore_steps:
-            return False
-        return self._distinct_states(chain) >= self._min_points()
-
-    def _distinct_states(self, chain: KernelChainState) -> int:
-        return len(np.unique(self._history(chain), axis=0))
-
     def _points_shortfall(self, chain: KernelChainState) -> str | None:
         """The fit learns from distinct states, not evaluations: a stuck chain (every state
         the same) has none to learn from however long it tuned."""
-        distinct = self._distinct_states(chain)
+        distinct = len(np.unique(self._history(chain), axis=0))
         if distinct >= self._min_points():
             return None
         stuck = ("; the chain barely moved: check the model's logp near the initial point"

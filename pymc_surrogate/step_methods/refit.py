@@ -118,10 +118,7 @@ class Refits:
         return f"{len(chain.training)} training points, fewer than the {self._min_points()} a fit needs"
 
     def _enough_data(self, chain: ChainState) -> bool:
-        return (
-            chain.iteration >= self.explore_steps
-            and len(chain.training) >= self._min_points()
-        )
+        return chain.iteration >= self.explore_steps and self._points_shortfall(chain) is None
 
     def _after_tune_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.surrogate is None:
