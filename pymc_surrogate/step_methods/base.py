@@ -38,7 +38,12 @@ from pymc_surrogate.step_methods.heavy_tails import TailJumps
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.refit import Refits
 from pymc_surrogate.step_methods.settings import block_variables, check_settings
-from pymc_surrogate.step_methods.state import ChainState, ExploreState, SurrogateStepState
+from pymc_surrogate.step_methods.state import (
+    ChainState,
+    ExploreState,
+    FitSchedule,
+    SurrogateStepState,
+)
 from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 
 __all__ = ["SurrogateStep", "ChainState"]
@@ -114,6 +119,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, Ar
             step_adapt=self._step_size_adaptation(initial_step),
             explore_adapt=DualAverageAdaptation(1.0, 0.3, 0.05, 0.75, 10),
             explore=ExploreState(recent_moves=deque(maxlen=self.tuning.stuck_window)),
+            fits=FitSchedule(recent_corrections=deque(maxlen=self.tuning.inner_window)),
         )
 
     def _step_size_adaptation(self, initial_step: float) -> DualAverageAdaptation:
@@ -143,6 +149,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, Ar
         chain.frozen = True
         if self._final_fit(chain):
             self._choose_tail_jumps(chain)
+            self._choose_inner_transitions(chain)
         if tuned_length is not None:  # the final fit restarted the length at the full path
             self._choose_draw_length(chain, tuned_length)
 

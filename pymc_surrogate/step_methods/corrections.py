@@ -2,7 +2,8 @@
 
 * ``"surrogate_transition"`` (Liu 2001 §9.4; delayed acceptance): ``n_inner`` HMC
   transitions exact for the surrogate density, then one Metropolis-Hastings test with the
-  true logp that corrects only the surrogate's error.
+  true logp that corrects only the surrogate's error. ``n_inner="auto"``: one in tuning;
+  in the draws several where tuning found the surrogate good.
 * ``"hamiltonian"`` (rns-hmc Algorithm 3): one leapfrog trajectory on the surrogate,
   accepted with the true Hamiltonian; its length adapts to the true acceptance in tune.
 """
@@ -46,8 +47,29 @@ class Corrections:
             )
         return surrogate_transition(
             current, evaluate, field, chain.metric, step_size,
-            self.path_length, self.max_energy_error, self.n_inner, self.rng,
+            self.path_length, self.max_energy_error, self._inner_transitions(chain), self.rng,
         )
+
+    def _inner_transitions(self, chain: ChainState) -> int:
+        """Surrogate transitions per model evaluation (``n_inner``, or what "auto" chose)."""
+        return chain.inner_transitions if self.n_inner == "auto" else self.n_inner
+
+    def _choose_inner_transitions(self, chain: ChainState) -> None:
+        """``n_inner="auto"``: several surrogate transitions a draw when the surrogate is good.
+
+        One transition of a fixed-length HMC leaves the chain correlated (in a Gaussian,
+        ``x`` anti-correlated and ``x^2`` positively), and the inner transitions cost no
+        model evaluation; but when the true model rejects many proposals, a rejection
+        throws the longer inner run away. So: ``Tuning.inner_transitions`` when the
+        correction accepted at least ``Tuning.good_acceptance`` on average over the last
+        ``Tuning.inner_window`` surrogate steps of tuning, else one. Chosen once when
+        tuning ends, so the draws' kernel is fixed (exact).
+        """
+        recent = chain.fits.recent_corrections
+        if (self.n_inner == "auto" and self.correction == "surrogate_transition"
+                and len(recent) == recent.maxlen
+                and np.mean(recent) >= self.tuning.good_acceptance):
+            chain.inner_transitions = self.tuning.inner_transitions
 
     def _use_surrogate(self, chain: ChainState, surrogate) -> None:
         super()._use_surrogate(chain, surrogate)

@@ -73,6 +73,15 @@ class Tuning:
     #: Trial transitions that decide whether the draws get the full path (black-box
     #: banana: a dual-averaged length over 50 trials stopped at a third of the path).
     full_length_trials: int = 50
+    # --- surrogate transitions per draw (corrections.py, ``n_inner="auto"``)
+    #: Inner transitions a draw when the tuning's last ``inner_window`` surrogate steps were
+    #: corrected with mean acceptance at least ``good_acceptance``: logistic regression
+    #: N = 1e5, d = 50 (correction acceptance ~1.0), min ESS 247 -> 803 and 394 -> 751 at
+    #: seeds 0 and 1 for the same model evaluations; black-box PDE (acceptance 0.72-0.81)
+    #: worse at 4 of 6 seeds with 3 (solves per ESS median 4.0 -> 5.1), so it keeps 1.
+    inner_transitions: int = 3
+    #: Surrogate steps of tuning over which that acceptance is measured.
+    inner_window: int = 100
     # --- tail jumps (heavy_tails.py, core/tail_jumps.py)
     #: Share of a heavy-tailed chain's draws that are tail jumps.
     tail_jump_probability: float = 0.2

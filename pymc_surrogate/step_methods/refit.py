@@ -133,6 +133,7 @@ class Refits:
             chain.explore.paused = True
             return
         chain.fits.accept_since.append(info.correction_acceptance)
+        chain.fits.recent_corrections.append(info.correction_acceptance)
         if self._fit_due(chain):
             if np.mean(chain.fits.accept_since) < self.tuning.good_acceptance:
                 self._refit(chain)

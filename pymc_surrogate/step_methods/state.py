@@ -41,6 +41,7 @@ class FitSchedule:
 
     last_iteration: int = 0  # the iteration after the last fit (or failed attempt)
     accept_since: list = field(default_factory=list)  # correction acceptances since then
+    recent_corrections: deque = field(default_factory=deque)  # the last surrogate steps' (tune)
     first_iteration: int = 0  # iteration of the first fit
     weight_reference: float = 0.0  # the lowest potential of the last fit (for weights)
     last_error: str | None = None  # why the last fit failed (None after a good one)
@@ -104,6 +105,7 @@ class ChainState:
     step_adapt: DualAverageAdaptation
     explore_adapt: DualAverageAdaptation
     path_adapt: DualAverageAdaptation | None = None  # corrections.py: Hamiltonian length
+    inner_transitions: int = 1  # corrections.py: surrogate transitions a draw (n_inner="auto")
     current: ChainPoint | None = None  # with its true logp, cached
     current_key: bytes | None = None
     iteration: int = 0

@@ -24,8 +24,12 @@ class SurrogateHMC(SurrogateStep):
     correction : {"surrogate_transition", "hamiltonian"}
         ``n_inner`` surrogate HMC transitions then one test with the true logp (default),
         or one trajectory accepted with the true Hamiltonian (the paper's).
-    n_inner : int
-        Surrogate HMC transitions per draw with the surrogate transition.
+    n_inner : int or "auto"
+        Surrogate HMC transitions per draw with the surrogate transition (they cost no
+        model evaluation). "auto": one in tuning; in the draws three when the true model
+        accepted the surrogate's proposals at least 90% of the time over the last 100
+        surrogate steps of tuning (a good surrogate: more movement per evaluation), else
+        one (where many are rejected, a longer inner run is thrown away more often).
     n_hidden, activation, quadratic, alpha, max_hidden, max_equations
         The surrogate's settings (``RandomNetworkSurrogate``).
     target_accept, path_length : float
@@ -64,7 +68,7 @@ class SurrogateHMC(SurrogateStep):
         vars=None,
         *,
         correction: str = "surrogate_transition",
-        n_inner: int = 1,
+        n_inner: int | str = "auto",
         n_hidden: int | str = "auto",
         activation: str = "softplus",
         quadratic: str = "auto",
@@ -75,10 +79,12 @@ class SurrogateHMC(SurrogateStep):
     ):
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
-        if not isinstance(n_inner, int | np.integer) or n_inner < 1:
-            raise ValueError(f"n_inner must be a positive integer; got {n_inner!r}.")
+        if n_inner != "auto" and (
+            isinstance(n_inner, bool) or not isinstance(n_inner, int | np.integer) or n_inner < 1
+        ):
+            raise ValueError(f"n_inner must be a positive integer or 'auto'; got {n_inner!r}.")
         self.correction = correction
-        self.n_inner = int(n_inner)
+        self.n_inner = n_inner if n_inner == "auto" else int(n_inner)
         # Validates the surrogate settings now rather than at the first fit.
         self._surrogate_settings = dict(
             n_hidden=n_hidden, activation=activation, quadratic=quadratic, alpha=alpha,

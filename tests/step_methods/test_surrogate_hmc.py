@@ -181,6 +181,8 @@ def test_discrete_variable_is_refused_with_advice():
         (dict(target_accept=1.0), "target_accept"),
         (dict(path_length=0), "path_length"),
         (dict(n_inner=0), "n_inner"),
+        (dict(n_inner="often"), "n_inner"),
+        (dict(n_inner=True), "n_inner"),
         (dict(explore_steps=-3), "explore_steps"),
         (dict(correction="none"), "correction"),
         (dict(n_hidden=-5), "n_hidden"),
@@ -194,6 +196,45 @@ def test_invalid_settings_are_named(kwargs, match):
         pm.Normal("x")
         with pytest.raises(ValueError, match=match):
             SurrogateHMC(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "n_inner,recent,expected",
+    [
+        ("auto", [0.95] * 100, 3),  # a good surrogate: more movement per evaluation
+        ("auto", [0.85] * 100, 1),  # many rejections would throw longer runs away
+        ("auto", [1.0] * 60, 1),  # too few surrogate steps in tuning to judge
+        (1, [1.0] * 100, 1),  # a number is kept as given
+        (2, [0.1] * 100, 2),
+    ],
+)
+def test_inner_transitions_in_the_draws(n_inner, recent, expected):
+    """``n_inner="auto"``: one transition in tuning; in the draws
+    ``Tuning.inner_transitions`` when the last ``Tuning.inner_window`` surrogate steps of
+    tuning were corrected with mean acceptance at least ``Tuning.good_acceptance``."""
+    with pm.Model():
+        pm.Normal("x", shape=2)
+        step = SurrogateHMC(n_inner=n_inner)
+    chain = step.chain
+    assert step._inner_transitions(chain) == (1 if n_inner == "auto" else n_inner)
+    chain.fits.recent_corrections.extend(recent)
+    step._choose_inner_transitions(chain)
+    assert step._inner_transitions(chain) == expected
+
+
+def test_a_good_surrogate_gets_three_inner_transitions_in_the_draws():
+    """On a Gaussian the surrogate is near exact (correction acceptance about 1): the draws
+    run three surrogate transitions per model evaluation, tuning one."""
+    mean, cov = correlated_gaussian(4, seed=6)
+    with gaussian_model(mean, cov):
+        step = SurrogateHMC()
+        idata = pm.sample(step=step, discard_tuned_samples=False,
+                          **{**SAMPLE, "chains": 1, "draws": 200, "tune": 400})
+    assert step.chain.inner_transitions == 3
+    # leapfrog steps a transition: three trajectories a draw against one in tuning
+    tune_steps = idata.warmup_sample_stats.n_steps.values[0, -100:].mean()
+    assert idata.sample_stats.n_steps.values.mean() > 2 * tune_steps
+    assert idata.sample_stats.model_evals.max() <= 1
 
 
 def test_non_finite_initial_logp_is_an_error():
