@@ -215,9 +215,11 @@ class Payoff:
         self.stop_at = self._parse_stop(args.stop_at)
         self.tag = args.tag or ("tuning_payoff_quick" if args.quick else "tuning_payoff")
         self.out = Path(args.out)
+        niceness = os.nice(0)
         self.command = (
-            "cd /work/main && PYTHONPATH=/work/main nice -n 10 /work/venv311/bin/python "
-            + " ".join(shlex.quote(a) for a in ["benchmarks/tuning_payoff.py", *argv])
+            f"cd {shlex.quote(os.getcwd())} && PYTHONPATH=. "
+            + (f"nice -n {niceness} " if niceness else "")
+            + " ".join(shlex.quote(a) for a in [sys.executable, "benchmarks/tuning_payoff.py", *argv])
         )
         dirty = _git("status", "--porcelain", "--", "pymc_surrogate")
         self.meta = {
@@ -231,10 +233,11 @@ class Payoff:
             **environment_meta(),
             "other packages": self._versions(),
             "machine note": (
-                f"{platform.node()}, {os.cpu_count()} cores shared with other jobs (a test run "
-                "and other benchmarks ran beside this one; this process ran under `nice -n 10`): "
-                "seconds are noisy, ESS/s ratios are indicative, solve/evaluation counts are not "
-                "affected"
+                f"{platform.node()}, {os.cpu_count()} cores, load average "
+                f"{os.getloadavg()[0]:.2f} at start, niceness {niceness}"
+                + (f"; {args.machine_note}" if args.machine_note else "")
+                + ": seconds depend on what else ran (ESS/s ratios are indicative), "
+                "solve/evaluation counts do not"
             ),
             "chains": (
                 f"{self.cfg['chains']} chains, cores=1 (the harness samples chains one after the "
@@ -646,6 +649,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="step method of targets 3 and 5 (the quickstart is always SurrogateHMC)")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR)
     p.add_argument("--tag", help="file stem (default tuning_payoff, or tuning_payoff_quick)")
+    p.add_argument("--machine-note", default="",
+                   help="what else ran on the machine, for the results' header")
     p.add_argument("--max-run-minutes", type=float, default=None,
                    help="stop any single run after this long and report it 'not run (time)'")
     p.add_argument("--stop-at", default=None,
