@@ -4,8 +4,8 @@ Runs each posterior of :mod:`benchmarks.posteriordb` with each sampler (``pm.sam
 ``cores=1``, the same draws, tune, chains and seed for all), compares the draws with the
 posterior's vendored posteriordb reference summary, and writes one markdown table and one CSV
 with a row per (posterior, sampler), plus ``<tag>_parameters.csv`` with every scalar
-parameter's figures (mean, reference mean, MCSE, z, sd ratio, 1/5/95/99 % tail shares, ESS,
-R-hat)::
+parameter's figures (mean, reference mean, MCSE, z, sd ratio, 1/2.5/5/95/97.5/99 % tail
+shares, ESS, R-hat)::
 
     python benchmarks/real_posteriors.py                       # everything, 4 chains x 1000
     python benchmarks/real_posteriors.py --short               # three cheap posteriors, tiny
@@ -26,16 +26,22 @@ reference summary computed from posteriordb's 10 000 reference draws):
   (about ``ref sd / 100``) is left out; it inflates ``|z|`` by ``sqrt(1 + ESS / 10 000)``
   at most (1.2 at ESS 4 000).  ``z_at`` names the parameter.
 * ``sd_ratio_min`` / ``sd_ratio_max``: min / max over parameters of ``sd(x) / ref sd``.
-* Tail shares: per parameter the pooled shares ``mean(x < ref q01)`` and
-  ``mean(x > ref q99)``, each 1 % under the reference.  ``tail_worst`` is the share furthest
-  from 1 % (``tail_at``: where), ``tails_ok`` whether every share lies in the two-sided
-  99.9 % binomial band ``[F^-1(0.0005) / n, F^-1(0.9995) / n]``, ``F`` the Binomial(n, 0.01)
-  CDF and ``n = floor(min_ess_tail)`` (the minimum tail ESS over parameters, a conservative
-  number of independent draws); ``tail_band`` prints the band.  A reference without
-  quantiles (posteriordb has summary statistics but no draws) gives ``tails_ok = n/a``,
-  which does not make a row wrong.  The band is per share, not
-  corrected for the number of shares; the reference quantiles' own error (sd of the share
-  about 0.001 with 10 000 reference draws) is left out.
+* Tail shares: per parameter the pooled shares ``mean(x < ref q025)`` and
+  ``mean(x > ref q975)``, each 2.5 % under the reference (``TAIL_P``).  ``tail_worst`` is
+  the share furthest from 2.5 % (``tail_at``: where), ``tails_ok`` whether every one of
+  these ``2 * dim`` shares lies in the two-sided binomial band
+  ``[F^-1(0.0005) / n, F^-1(0.9995) / n]``, ``F`` the Binomial(n, 0.025) CDF and
+  ``n = floor(min_ess_tail)`` (the minimum tail ESS over parameters, a conservative number
+  of independent draws); ``tail_band`` prints the band.  ``TAIL_LEVEL`` = 99.9 % is the
+  level of the band for one share (at least 99.9 %: the binomial is discrete), not of the
+  family: the band is not corrected for the number of shares, so the family level over a
+  row's ``2 * dim`` shares is only at least ``1 - 2 * dim * 0.001`` (Bonferroni; 98 % at
+  ``dim = 10``).  A reference without the 2.5 / 97.5 % quantiles (posteriordb has summary
+  statistics but no draws) gives ``tails_ok = n/a``, which does not make a row wrong.  The
+  reference quantiles' own error (sd of the share about 0.0016 with 10 000 reference
+  draws) is left out.  The 1/5/95/99 % shares (``below_q01``, ``below_q05``,
+  ``above_q95``, ``above_q99``) are reported in ``<tag>_parameters.csv`` only; they do not
+  enter ``tails_ok``.
 * ``min_ess_bulk`` / ``min_ess_tail`` / ``max_rhat``: ArviZ's bulk and tail ESS and rank
   R-hat over all parameters.
 * ``n_logp`` / ``n_grad``: likelihood evaluations counted by the model's counting Op
@@ -99,8 +105,12 @@ __all__ = [
     "RHAT_LIMIT",
     "SHORT",
     "SHORT_POSTERIORS",
+    "TAIL_CHECKS",
+    "TAIL_LEVEL",
+    "TAIL_P",
     "Z_LIMIT",
     "classify",
+    "compare_with_reference",
     "main",
     "parameter_table",
     "run_one_posterior",
@@ -124,8 +134,17 @@ DEFAULTS: dict[str, int] = {"draws": 1000, "tune": 1000, "chains": 4}
 
 Z_LIMIT = 4.0
 RHAT_LIMIT = 1.01
-TAIL_P = 0.01
+#: Expected share in each tail the status checks: below the reference's 2.5 % quantile and
+#: above its 97.5 % quantile.
+TAIL_P = 0.025
+#: Level of the binomial band of one tail share (per share, not corrected for the
+#: ``2 * dim`` shares of a row).
 TAIL_LEVEL = 0.999
+#: The shares ``tails_ok`` checks: (parameter-table column, reference key, label in tail_at).
+TAIL_CHECKS: tuple[tuple[str, str, str], ...] = (
+    ("below_q025", "q025", "<q025"),
+    ("above_q975", "q975", ">q975"),
+)
 
 #: Output columns, in order.
 COLUMNS: list[str] = [
@@ -173,9 +192,9 @@ def tail_band(n_eff: float, p: float = TAIL_P, level: float = TAIL_LEVEL) -> tup
     n_eff : float
         Effective number of independent draws (floored; at least 1).
     p : float
-        Expected share.
+        Expected share (default :data:`TAIL_P`, 2.5 %).
     level : float
-        Coverage of the band (``1 - a``).
+        Coverage of the band for one share (``1 - a``; default :data:`TAIL_LEVEL`, 99.9 %).
 
     Returns
     -------
@@ -197,7 +216,7 @@ def classify(row: Mapping[str, Any]) -> str:
         np.isfinite(row["max_abs_z"])
         and row["max_abs_z"] <= Z_LIMIT
         and (one_chain or (np.isfinite(row["max_rhat"]) and row["max_rhat"] <= RHAT_LIMIT))
-        and row["tails_ok"] in (True, "n/a")  # n/a: the reference has no quantiles
+        and row["tails_ok"] in (True, "n/a")  # n/a: the reference has no q025/q975
     )
     if not right:
         return "wrong"
@@ -213,8 +232,8 @@ def _entry_name(var: str, index: tuple[int, ...]) -> str:
 #: Columns of the per-parameter table (``<tag>_parameters.csv``).
 PARAMETER_COLUMNS: list[str] = [
     "posterior", "sampler", "parameter", "mean", "ref_mean", "mcse", "z", "sd", "ref_sd",
-    "sd_ratio", "below_q01", "below_q05", "above_q95", "above_q99", "ess_bulk", "ess_tail",
-    "rhat",
+    "sd_ratio", "below_q01", "below_q025", "below_q05", "above_q95", "above_q975",
+    "above_q99", "ess_bulk", "ess_tail", "rhat",
 ]
 
 
@@ -275,8 +294,9 @@ def parameter_table(
         columns = {
             "mean": mean, "ref_mean": ref_mean, "mcse": se, "z": z, "sd": sd, "ref_sd": ref_sd,
             "sd_ratio": sd / ref_sd,
-            "below_q01": share("q01", True), "below_q05": share("q05", True),
-            "above_q95": share("q95", False), "above_q99": share("q99", False),
+            "below_q01": share("q01", True), "below_q025": share("q025", True),
+            "below_q05": share("q05", True), "above_q95": share("q95", False),
+            "above_q975": share("q975", False), "above_q99": share("q99", False),
             "ess_bulk": per_entry(ess_bulk), "ess_tail": per_entry(ess_tail),
             "rhat": per_entry(rhat) if rhat is not None else np.full(flat.shape[1], np.nan),
         }
@@ -300,18 +320,20 @@ def compare_with_reference(
     Returns
     -------
     dict
-        ``max_abs_z``, ``z_at``, ``sd_ratio_min/max``, ``tail_*``, ``min_ess_*``,
-        ``max_rhat``, ``dim``, and ``parameters``: the :func:`parameter_table` records.
+        ``max_abs_z``, ``z_at``, ``sd_ratio_min/max``, ``tail_*`` (the 2.5 / 97.5 % shares
+        of :data:`TAIL_CHECKS` against :func:`tail_band`), ``min_ess_*``, ``max_rhat``,
+        ``dim``, and ``parameters``: the :func:`parameter_table` records.
     """
     records = parameter_table(posterior, names, ref, chains)
     ess_tail = min(r["ess_tail"] for r in records)
     lo, hi = tail_band(ess_tail)
-    # A reference summarised without quantiles (no draws in posteriordb) cannot check tails.
-    has_quantiles = "q01" in ref and "q99" in ref
+    # A reference summarised without the 2.5 / 97.5 % quantiles (no draws in posteriordb, or
+    # a file from before they were kept) cannot check tails.
+    has_quantiles = all(ref_key in ref for _, ref_key, _ in TAIL_CHECKS)
     worst_z = max(records, key=lambda r: abs(r["z"]))
     tail_best, tail_dev, tail_at, tails_ok = float("nan"), -1.0, "", True
     for r in records if has_quantiles else []:
-        for key, side in (("below_q01", "<q01"), ("above_q99", ">q99")):
+        for key, _, side in TAIL_CHECKS:
             if abs(r[key] - TAIL_P) > tail_dev:
                 tail_best, tail_dev = r[key], abs(r[key] - TAIL_P)
                 tail_at = f"{r['parameter']} {side}"
@@ -325,7 +347,7 @@ def compare_with_reference(
         "sd_ratio_max": max(r["sd_ratio"] for r in records),
         "tail_worst": tail_best,
         "tail_at": tail_at,
-        "tail_band": f"[{lo:.4f}, {hi:.4f}]" if has_quantiles else "no reference quantiles",
+        "tail_band": f"[{lo:.4f}, {hi:.4f}]" if has_quantiles else "no reference q025/q975",
         "tails_ok": tails_ok if has_quantiles else "n/a",
         "min_ess_bulk": min(r["ess_bulk"] for r in records),
         "min_ess_tail": ess_tail,

@@ -6,7 +6,8 @@ Stan Developers) ships reference draws for many posteriors: Stan runs of 10 chai
 needs, computed from those draws:
 
 * ``reference/<posterior>.json``: per scalar parameter (posteriordb's names, ``theta[1]``)
-  the mean, sd, Monte Carlo standard error of the mean, and the 1/5/95/99 % quantiles; the
+  the mean, sd, Monte Carlo standard error of the mean, and the 1/2.5/5/95/97.5/99 %
+  quantiles (keys ``q01``, ``q025``, ``q05``, ``q95``, ``q975``, ``q99``); the
   number of chains and draws, and a ``source`` line naming the file, the commit and the
   settings of the Stan run.
 * ``data/<data name>.json``: the posterior's data, only the keys the model reads, with its
@@ -17,7 +18,8 @@ needed)::
 
     python -m benchmarks.posteriordb.reference arma-arma11 --data-keys T,y
 
-The mirror defaults to ``/work/.mirror/stan-dev+posteriordb/repo`` (override with
+Without ``--data-keys`` or ``--all-data`` only the reference summary is written.  The
+mirror defaults to ``/work/.mirror/stan-dev+posteriordb/repo`` (override with
 ``--mirror`` or ``$POSTERIORDB_MIRROR``) and the commit to :data:`PDB_COMMIT`.
 """
 
@@ -66,15 +68,24 @@ DATA_DIR = _HERE / "data"
 PDB_COMMIT = "28f8d3d6e975315f42aa274a8399f21e07a43b30"
 #: Licence of posteriordb's data and reference draws (its LICENCE.md).
 LICENCE = "BSD-3-Clause (posteriordb LICENCE.md, Copyright (c) 2011-2024 Stan Developers)"
-#: Quantile levels kept per parameter; the benchmark's tail check uses the 1 % and 99 % ones.
-QUANTILES: tuple[float, ...] = (0.01, 0.05, 0.95, 0.99)
+#: Quantile levels kept per parameter (keys ``q01``, ``q025``, ``q05``, ``q95``, ``q975``,
+#: ``q99``); the benchmark's tail check uses the 2.5 % and 97.5 % ones.
+QUANTILES: tuple[float, ...] = (0.01, 0.025, 0.05, 0.95, 0.975, 0.99)
 
 _DB = "posterior_database"
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(?:\[\s*([0-9,\s]+)\s*\])?\s*$")
 
 
 def _qkey(q: float) -> str:
-    return f"q{round(q * 100):02d}"
+    """Key of quantile level ``q``: whole percents as ``q01``/``q99``, else per mille
+    (``q025``, ``q975``)."""
+    percent = q * 100
+    if abs(percent - round(percent)) < 1e-9:
+        return f"q{round(percent):02d}"
+    permille = q * 1000
+    if abs(permille - round(permille)) > 1e-9:
+        raise ValueError(f"quantile level {q} is not a whole number of per mille")
+    return f"q{round(permille):03d}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -170,7 +181,8 @@ def load_reference(posterior: str, directory: Path | str = REFERENCE_DIR) -> dic
     dict
         The JSON object: ``posterior``, ``source``, ``n_chains``, ``n_draws``,
         ``quantiles`` and ``parameters`` (name -> ``{"mean", "sd", "mcse_mean", "q01",
-        "q05", "q95", "q99"}``).
+        "q025", "q05", "q95", "q975", "q99"}``; a reference summarised without draws has
+        no quantile keys).
     """
     payload = _read_vendored(directory, posterior)
     if "parameters" not in payload and "params" in payload:  # key of some vendored files

@@ -3,7 +3,8 @@ and the runner (``benchmarks/real_posteriors.py``) runs end to end.
 
 The statistical comparison itself is the runner's job; here only what cannot rot silently:
 model construction, parameter names and sizes against the vendored reference, a finite logp
-at the reference mean, evaluation counting, the band formula, and a short run.
+at the reference mean, evaluation counting, the band formula, which tail shares the status
+checks (below the reference's 2.5 % and above its 97.5 % quantile), and a short run.
 """
 
 from __future__ import annotations
@@ -18,18 +19,25 @@ import pytest
 from benchmarks import posteriordb as pdb
 from benchmarks.harness import model_has_gradient
 from benchmarks.posteriordb.reference import (
+    QUANTILES,
+    REFERENCE_DIR,
     load_reference,
     parse_param_name,
     reference_arrays,
+    summarize_draws,
     value_point,
     variable_shapes,
 )
 from benchmarks.real_posteriors import (
     COLUMNS,
+    PARAMETER_COLUMNS,
     SHORT,
     SHORT_POSTERIORS,
+    TAIL_LEVEL,
+    TAIL_P,
     Z_LIMIT,
     classify,
+    compare_with_reference,
     run_real_posteriors,
     tail_band,
 )
@@ -37,6 +45,8 @@ from benchmarks.real_posteriors import (
 POSTERIORS = pdb.posterior_names()
 #: Parameters whose mean has no MCSE (infinite posterior variance).
 NO_YARDSTICK = {"one_comp_mm_elim_abs-one_comp_mm_elim_abs": ("K_m", "V_m")}
+#: Quantile keys of a reference summarised from posteriordb's draws, in order.
+QUANTILE_KEYS = ("q01", "q025", "q05", "q95", "q975", "q99")
 
 
 def test_every_module_imports():
@@ -60,13 +70,21 @@ def test_model_matches_reference(posterior):
     ref = reference_arrays(
         reference, variable_shapes(model, info.param_names), pdb.param_rename(posterior)
     )
-    for stat in ("mean", "sd", "q01", "q99"):
+    if reference["quantiles"]:  # summarised from posteriordb's draws
+        assert reference["quantiles"] == list(QUANTILES)
+        assert all(q in ref for q in QUANTILE_KEYS), sorted(ref)
+    else:  # summary statistics only: the runner reports tails_ok = n/a
+        assert not any(q in ref for q in QUANTILE_KEYS), sorted(ref)
+    for stat in ("mean", "sd", *QUANTILE_KEYS):
         if stat not in ref and stat.startswith("q"):
-            continue  # summarised without quantiles: the runner reports tails_ok = n/a
+            continue
         for var in info.param_names:
             assert np.all(np.isfinite(ref[stat][var])), (stat, var)
     if "q01" in ref:
-        assert all(np.all(ref["q01"][v] < ref["q99"][v]) for v in info.param_names)
+        for var in info.param_names:
+            levels = np.stack([ref[q][var] for q in QUANTILE_KEYS])
+            assert np.all(np.diff(levels, axis=0) >= 0), var
+            assert np.all(levels[0] < levels[-1]), var
 
     before = info.counter.logp
     logp = model.compile_logp()(value_point(model, ref["mean"]))
@@ -86,11 +104,25 @@ def test_param_names():
         parse_param_name("theta[0]")
 
 
+def test_reference_quantile_keys():
+    """2.5 and 97.5 % are kept as ``q025`` / ``q975`` (not rounded to whole percents)."""
+    assert {0.025, 0.975} <= set(QUANTILES)
+    rng = np.random.default_rng(0)
+    chains = [{"a": rng.standard_normal(500).tolist()} for _ in range(4)]
+    entry = summarize_draws(chains)["a"]
+    assert list(entry) == ["mean", "sd", "mcse_mean", *QUANTILE_KEYS]
+    flat = np.ravel([c["a"] for c in chains])
+    assert entry["q025"] == pytest.approx(np.quantile(flat, 0.025), abs=1e-12)
+    assert entry["q975"] == pytest.approx(np.quantile(flat, 0.975), abs=1e-12)
+
+
 def test_tail_band_and_status():
-    lo, hi = tail_band(400)
-    assert lo == 0.0 and hi == pytest.approx(12 / 400)  # Binomial(400, 0.01): 99.95 % at 12
+    assert TAIL_P == 0.025 and TAIL_LEVEL == 0.999
+    lo, hi = tail_band(400)  # Binomial(400, 0.025): 0.05 % quantile 2, 99.95 % quantile 22
+    assert (lo, hi) == pytest.approx((2 / 400, 22 / 400))
     lo, hi = tail_band(10_000)
-    assert 0.0065 < lo < 0.01 < hi < 0.0135
+    assert (lo, hi) == pytest.approx((200 / 10_000, 303 / 10_000))
+    assert tail_band(400, p=0.01) == pytest.approx((0.0, 12 / 400))  # p still selectable
     row = {"max_abs_z": 1.0, "max_rhat": 1.005, "tails_ok": True, "n_warnings": 0,
            "divergences": 0}
     assert classify(row) == "ok"
@@ -101,6 +133,73 @@ def test_tail_band_and_status():
     assert classify({**row, "max_rhat": 1.02}) == "wrong"
     assert classify({**row, "tails_ok": False, "n_warnings": 3}) == "wrong"
     assert classify({**row, "tails_ok": "n/a"}) == "ok"  # no reference quantiles
+
+
+def _synthetic(levels):
+    """A 4 x 1000 iid normal trace of one scalar ``x`` and a reference whose quantile keys
+    sit at the draws' own empirical ``levels`` (key -> level), so each share is exact."""
+    import xarray as xr
+
+    rng = np.random.default_rng(1)
+    draws = rng.standard_normal((4, 1000))
+    posterior = xr.Dataset({"x": (("chain", "draw"), draws)})
+    flat = np.sort(draws.ravel())
+    ref = {"mean": {"x": np.array(0.0)}, "sd": {"x": np.array(1.0)}}
+    for key, level in levels.items():
+        # midway between two order statistics: exactly level * 4000 draws lie below
+        k = round(level * flat.size)
+        ref[key] = {"x": np.array((flat[k - 1] + flat[k]) / 2)}
+    return posterior, ref
+
+
+RIGHT_LEVELS = {"q01": 0.01, "q025": 0.025, "q05": 0.05, "q95": 0.95, "q975": 0.975,
+                "q99": 0.99}
+
+
+def test_tails_are_the_2_5_and_97_5_percent_shares():
+    """``tails_ok``, ``tail_worst`` and ``tail_at`` judge the shares below q025 and above
+    q975 against the Binomial(n, 0.025) band; the 1/5/95/99 % shares are only reported."""
+    posterior, ref = _synthetic(RIGHT_LEVELS)
+    row = compare_with_reference(posterior, ["x"], ref, chains=4)
+    lo, hi = tail_band(row["min_ess_tail"])
+    assert row["tail_band"] == f"[{lo:.4f}, {hi:.4f}]"
+    assert lo < TAIL_P < hi and hi < 0.04  # a 2.5 % band (a 1 % one would end near 0.016)
+    assert row["tails_ok"] is True
+    assert row["tail_worst"] == pytest.approx(0.025)
+    (record,) = row["parameters"]
+    assert set(PARAMETER_COLUMNS[2:]) <= set(record) | {"parameter"}
+    for key, share in (("below_q01", 0.01), ("below_q025", 0.025), ("below_q05", 0.05),
+                       ("above_q95", 0.05), ("above_q975", 0.025), ("above_q99", 0.01)):
+        assert record[key] == pytest.approx(share), key
+
+    # 10 % of the draws below the reference's 2.5 % quantile: wrong, although the 1/99 %
+    # shares are exact.
+    posterior, ref = _synthetic({**RIGHT_LEVELS, "q025": 0.10})
+    row = compare_with_reference(posterior, ["x"], ref, chains=4)
+    assert row["tails_ok"] is False
+    assert row["tail_at"] == "x <q025" and row["tail_worst"] == pytest.approx(0.10)
+    posterior, ref = _synthetic({**RIGHT_LEVELS, "q975": 0.999})  # 0.1 % above q975
+    row = compare_with_reference(posterior, ["x"], ref, chains=4)
+    assert row["tails_ok"] is False
+    assert row["tail_at"] == "x >q975" and row["tail_worst"] == pytest.approx(0.001)
+
+    # Way off at 1 % and 99 %, exact at 2.5 / 97.5 %: reported, not judged.
+    posterior, ref = _synthetic({**RIGHT_LEVELS, "q01": 0.0005, "q99": 0.9})
+    row = compare_with_reference(posterior, ["x"], ref, chains=4)
+    assert row["tails_ok"] is True and row["tail_at"].split()[-1] in ("<q025", ">q975")
+    assert row["parameters"][0]["above_q99"] == pytest.approx(0.10)
+
+
+def test_tails_need_the_2_5_and_97_5_percent_quantiles():
+    """A reference without q025/q975 (with or without the other quantiles): n/a."""
+    for levels in ({"q01": 0.01, "q05": 0.05, "q95": 0.95, "q99": 0.99}, {}):
+        posterior, ref = _synthetic(levels)
+        row = compare_with_reference(posterior, ["x"], ref, chains=4)
+        assert row["tails_ok"] == "n/a"
+        assert row["tail_band"] == "no reference q025/q975"
+        assert row["tail_at"] == "" and np.isnan(row["tail_worst"])
+        assert np.isnan(row["parameters"][0]["below_q025"])
+        assert classify({**row, "n_warnings": 0, "divergences": 0}) == "ok"
 
 
 def test_short_run(tmp_path):
@@ -115,7 +214,15 @@ def test_short_run(tmp_path):
     assert list(frame.columns) == COLUMNS
     assert list(frame["sampler"]) == ["NUTS", step]
     assert (tmp_path / "short.md").exists() and (tmp_path / "short.csv").exists()
+    assert list(pd.read_csv(tmp_path / "short_parameters.csv").columns) == PARAMETER_COLUMNS
+    params = frame.attrs["parameters"]
+    assert params[["below_q025", "above_q975"]].notna().all().all()
     for _, row in frame.iterrows():
+        assert row["tail_at"].split()[-1] in ("<q025", ">q975")  # arma11 has q025/q975
+        lo, hi = tail_band(row["min_ess_tail"])
+        assert row["tail_band"] == f"[{lo:.4f}, {hi:.4f}]"
+        shares = params.loc[params["sampler"] == row["sampler"], ["below_q025", "above_q975"]]
+        assert row["tails_ok"] == bool(((shares >= lo) & (shares <= hi)).all().all())
         assert row["status"] in ("ok", "warned", "wrong"), row["note"]
         assert row["n_logp"] > 0 and row["wall_s"] > 0
         assert np.isfinite(row["max_abs_z"]) and np.isfinite(row["min_ess_bulk"])
