@@ -1,0 +1,282 @@
+"""Banana coverage: is every step method right on the 2-d banana at >= 9 of 10 seeds?
+
+Measures the issue's "done when" on :func:`benchmarks.models.banana.make_banana`
+(``y_i ~ N(b1 + b2^2, 2^2)``, ``b ~ N(0, I)``, n = 100, data seed 0): SurrogateHMC,
+AdaptiveSurrogateHMC, KernelHMC and SparseGridHMC on the black box (the likelihood as a
+PyTensor Op without gradient, :class:`tests.reliability.helpers.BlackBoxLogp`);
+VariationalHMC on the model with its gradient.  Each run is ``pm.sample(step=Cls(), tune,
+draws, chains, cores=1, random_seed=seed)`` with the step's default settings::
+
+    PYTHONPATH=. nice -n 5 python benchmarks/banana_coverage.py --tag baseline
+    python benchmarks/banana_coverage.py --samplers SurrogateHMC,KernelHMC --seeds 0-4 --tag x
+
+Per run (pooled draws; reference by quadrature): ``max_abs_z`` = max over b1, b2 of
+``|mean - ref mean| / az.mcse(mean)``; ``sd_ratio_i`` = sd / ref sd, ``sd_ok_i`` =
+``|sd - ref sd| <= 3 az.mcse(sd)``; ``max_rhat`` (rank R-hat); ``min_ess_bulk/tail``; tail
+shares ``below_i`` / ``above_i`` of draws below the reference marginal's 2.5 % / above its
+97.5 % quantile, ``tails_ok`` if all four lie in the central 99 % Binomial(n, 0.025) band,
+n = floor(min tail ESS) (:func:`benchmarks.real_posteriors.tail_band`); ``n_evals`` = stat
+``total_model_evals`` at the last draw summed over chains (tune included), ``n_counted`` =
+likelihood evaluations seen by the model's counting Op (everything, step setup included),
+``evals_per_ess`` / ``counted_per_ess`` = those / min bulk ESS; ``wall_s`` (whole
+``pm.sample`` call); ``n_warnings`` / ``first_warning`` of the ``pymc`` logger.  ``right`` =
+max|z| <= 4, R-hat <= 1.01, both ``sd_ok``, ``tails_ok``.  Output:
+``benchmarks/results/banana_coverage_<tag>.{csv,md}``, rewritten after every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+import arviz as az  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pymc as pm  # noqa: E402
+from scipy.integrate import cumulative_trapezoid  # noqa: E402
+from scipy.optimize import brentq  # noqa: E402
+from scipy.stats import norm  # noqa: E402
+
+import pymc_surrogate  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    DEFAULT_RESULTS_DIR, _blas_limit, _describe, environment_meta, sample_counted, split_names,
+)
+from benchmarks.models.banana import banana_log_density, make_banana  # noqa: E402
+from benchmarks.models.counting import EvaluationCounter, count_evaluations  # noqa: E402
+from benchmarks.real_posteriors import tail_band  # noqa: E402
+from pymc_surrogate.compat import posterior_dataset  # noqa: E402
+from tests.reliability.helpers import BlackBoxLogp  # noqa: E402
+
+if hasattr(az, "Numba"):  # ArviZ 0.23 + numba: mcse(method="sd") fails on vector variables
+    az.Numba.disable_numba()
+
+SAMPLERS = ("SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "KernelHMC",
+            "SparseGridHMC")
+Z_LIMIT, RHAT_LIMIT, SD_MCSE, TAIL_P, TAIL_LEVEL = 4.0, 1.01, 3.0, 0.025, 0.99
+TAILS = [(f"{side}_{i}", i, side) for i in (1, 2) for side in ("below", "above")]
+
+
+def banana_reference_quantiles(y, probs, sigma_y=2.0, sigma_beta=1.0, n_grid=200_001):
+    """Quantiles of the marginals of b1 and b2 by quadrature, shape ``(2, len(probs))``.
+
+    As in :func:`benchmarks.models.banana.banana_reference_moments`: ``b1 | b2 ~ N(v a / s2,
+    v)``, ``a = ybar - b2^2``, ``s2 = sigma_y^2 / n``, ``v = 1 / (1/s2 + 1/sigma_beta^2)``,
+    ``p(b2) ∝ N(b2; 0, sigma_beta^2) N(a; 0, s2 + sigma_beta^2)``.  b2's CDF is the cumulative
+    trapezoid of that density; b1's is ``∫ p(b2) Phi((x - v a / s2) / sqrt v) db2``.
+    """
+    s2, ybar = sigma_y**2 / len(y), float(np.mean(y))
+    v = 1.0 / (1.0 / s2 + 1.0 / sigma_beta**2)
+    half = 12.0 * sigma_beta + np.sqrt(abs(ybar) + 12.0 * np.sqrt(s2 + sigma_beta**2))
+    b2 = np.linspace(-half, half, n_grid)
+    a = ybar - b2**2
+    logw = -(b2**2) / (2 * sigma_beta**2) - a**2 / (2 * (s2 + sigma_beta**2))
+    w = np.exp(logw - logw.max())
+    cdf2 = cumulative_trapezoid(w, b2, initial=0.0)
+    w, cdf2 = w / cdf2[-1], cdf2 / cdf2[-1]
+    mu1, dx = v * a / s2, b2[1] - b2[0]
+
+    def cdf1(x):
+        f = w * norm.cdf((x - mu1) / np.sqrt(v))
+        return dx * (f.sum() - 0.5 * (f[0] + f[-1]))
+
+    lo, hi = mu1.min() - 40 * np.sqrt(v), mu1.max() + 40 * np.sqrt(v)
+    q1 = [brentq(lambda x, p=p: cdf1(x) - p, lo, hi, xtol=1e-12) for p in probs]
+    return np.array([q1, np.interp(probs, cdf2, b2)])
+
+
+def black_box_banana():
+    """make_banana's posterior with the likelihood as a no-gradient Op (its own counter)."""
+    _, info = make_banana()
+    y, sigma_y = info.extra["y"], info.extra["sigma_y"]
+    counter = EvaluationCounter()
+    with pm.Model() as model:
+        beta = pm.Normal("beta", mu=0.0, sigma=info.extra["sigma_beta"], shape=2)
+        # sigma_beta = inf drops banana_log_density's prior term: the likelihood alone.
+        lik = BlackBoxLogp(lambda b: banana_log_density(b[0], b[1], y, sigma_y, np.inf), "banana")
+        pm.Potential("lik", lik(count_evaluations(beta, counter)))
+    info.counter, info.has_gradient = counter, False
+    return model, info
+
+
+def measure(idata, ref_mean, ref_sd, ref_q):
+    """The accuracy and convergence columns of one run (see the module docstring)."""
+    post = posterior_dataset(idata)[["beta"]]
+    x = post["beta"].values.reshape(-1, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        se, se_sd, rhat, ess_b, ess_t = (f(post, **kw)["beta"].values for f, kw in (
+            (az.mcse, {"method": "mean"}), (az.mcse, {"method": "sd"}), (az.rhat, {}),
+            (az.ess, {"method": "bulk"}), (az.ess, {"method": "tail"})))
+    mean, sd = x.mean(axis=0), x.std(axis=0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.nan_to_num((mean - ref_mean) / se, nan=np.inf)  # a stuck chain: MCSE 0
+    row = {"max_abs_z": float(np.max(np.abs(z))), "max_rhat": float(np.max(rhat)),
+           "min_ess_bulk": float(ess_b.min()), "min_ess_tail": float(ess_t.min())}
+    lo, hi = tail_band(row["min_ess_tail"], p=TAIL_P, level=TAIL_LEVEL)
+    row.update(tail_lo=lo, tail_hi=hi)
+    for i in (0, 1):
+        row.update({f"mean_{i + 1}": mean[i], f"z_{i + 1}": z[i],
+                    f"sd_ratio_{i + 1}": sd[i] / ref_sd[i],
+                    f"sd_ok_{i + 1}": bool(abs(sd[i] - ref_sd[i]) <= SD_MCSE * se_sd[i]),
+                    f"below_{i + 1}": float(np.mean(x[:, i] < ref_q[i, 0])),
+                    f"above_{i + 1}": float(np.mean(x[:, i] > ref_q[i, 1]))})
+    row["tails_ok"] = all(lo <= row[k] <= hi for k, _, _ in TAILS)
+    reasons = [f"z {row['max_abs_z']:.2f}"] if not row["max_abs_z"] <= Z_LIMIT else []
+    reasons += [f"rhat {row['max_rhat']:.3f}"] if not row["max_rhat"] <= RHAT_LIMIT else []
+    reasons += [f"sd b{i} x{row[f'sd_ratio_{i}']:.3f}" for i in (1, 2) if not row[f"sd_ok_{i}"]]
+    reasons += [f"tail b{i} {side} {row[k]:.4f}" for k, i, side in TAILS
+                if not lo <= row[k] <= hi]
+    row.update(status="wrong" if reasons else "right", reasons="; ".join(reasons))
+    return row
+
+
+def run(sampler, seed, tune, draws, chains, models, ref):
+    """One sampler at one seed: a row (an exception becomes an ``error`` row)."""
+    model, info = models["gradient" if sampler == "VariationalHMC" else "black_box"]
+    row = {"sampler": sampler, "seed": seed, "status": "error", "reasons": ""}
+    try:
+        res = sample_counted(model, info, sampler, pymc_surrogate.STEP_METHODS[sampler],
+                             draws=draws, tune=tune, chains=chains, seed=seed,
+                             keep_warnings=True)
+        row.update(measure(res.idata, *ref))
+        stats = posterior_dataset(res.idata, "sample_stats")
+        ess = row["min_ess_bulk"] if row["min_ess_bulk"] > 0 else np.nan
+        row.update(n_evals=int(stats["total_model_evals"].values[:, -1].sum()),
+                   n_grad_evals=int(stats["total_gradient_evals"].values[:, -1].sum()),
+                   n_counted=res.timing["n_logp"], divergences=int(stats["diverging"].sum()))
+        row.update(evals_per_ess=row["n_evals"] / ess, counted_per_ess=row["n_counted"] / ess,
+                   wall_s=res.timing["total_s"], n_warnings=len(res.warnings),
+                   first_warning=res.warnings[0][:300] if res.warnings else "")
+    except Exception as exc:  # noqa: BLE001 - a failing run is a row
+        row["reasons"] = row["error"] = _describe(exc)
+    return row
+
+
+def git_commit():
+    """Short HEAD of this checkout, plus ``dirty (files)`` if tracked files differ from it."""
+    git = ["git", "-C", str(_REPO)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True).stdout.splitlines()
+    changed = [line[3:] for line in status if line.strip()]
+    return head.stdout.strip() + (f" dirty ({', '.join(changed)})" if changed else "")
+
+
+def _f(v, spec=".3g"):
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (float, int, np.floating, np.integer)):
+        return "–" if np.isnan(v) else format(float(v), spec)
+    return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def summary(frame):
+    """Per-sampler lines of the markdown summary table."""
+    lines = ["| sampler | right | errors | median evals/ESS | median counted/ESS "
+             "| worst max\\|z\\| | worst R-hat | sd ratio range | sd fails | tail fails "
+             "| runs warned | reasons |",
+             "|" + "---|" * 12]
+    for sampler, g in frame.groupby("sampler", sort=False):
+        ok = g[g["status"] != "error"]
+        kinds = pd.Series([r.split(" ")[0] if r.split(" ")[0] in ("z", "rhat", "sd", "tail")
+                           else "error" for rs in g["reasons"].fillna("") for r in rs.split("; ")
+                           if r])
+        sd = ok[["sd_ratio_1", "sd_ratio_2"]].values if len(ok) else np.full(2, np.nan)
+        lines.append("| " + " | ".join([
+            sampler, f"{(g['status'] == 'right').sum()} of {len(g)}",
+            str((g["status"] == "error").sum()),
+            *[_f(ok[c].median() if len(ok) else np.nan)
+              for c in ("evals_per_ess", "counted_per_ess")],
+            _f(ok["max_abs_z"].max() if len(ok) else np.nan, ".2f"),
+            _f(ok["max_rhat"].max() if len(ok) else np.nan, ".3f"),
+            f"{_f(np.nanmin(sd), '.3f')}-{_f(np.nanmax(sd), '.3f')}",
+            str(int((~ok[["sd_ok_1", "sd_ok_2"]].astype(bool)).any(axis=1).sum())),
+            str(int((~ok["tails_ok"].astype(bool)).sum())),
+            str(int((ok["n_warnings"] > 0).sum())),
+            ", ".join(f"{k} x{n}" for k, n in kinds.value_counts().items()) or "-"]) + " |")
+    return lines
+
+
+def write(rows, out, tag, meta):
+    """(Re)write ``banana_coverage_<tag>.csv`` and ``.md`` under ``out``."""
+    frame = pd.DataFrame(rows)
+    frame.to_csv(out / f"banana_coverage_{tag}.csv", index=False)
+    cols = [("sampler", ""), ("seed", ".0f"), ("status", ""), ("max_abs_z", ".2f"),
+            ("max_rhat", ".3f"), ("sd_ratio_1", ".3f"), ("sd_ratio_2", ".3f"),
+            ("min_ess_bulk", ".0f"), ("min_ess_tail", ".0f"), *[(k, ".4f") for k, _, _ in TAILS],
+            ("n_evals", ".0f"), ("n_counted", ".0f"), ("evals_per_ess", ".3g"), ("wall_s", ".0f"),
+            ("n_warnings", ".0f"), ("reasons", "")]
+    lines = [f"# Banana coverage: {tag}", ""] + [f"- **{k}**: {v}" for k, v in meta.items()]
+    lines += ["", "## Runs", "", "| " + " | ".join(c for c, _ in cols) + " |",
+              "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_f(r.get(c), s) if s else _f(r.get(c)) for c, s in cols) + " |"
+              for r in rows]
+    lines += ["", "## Errors and first warnings", ""]
+    lines += [f"- {r['sampler']} seed {r['seed']}: {_f(r.get('error') or r['first_warning'])}"
+              for r in rows if r.get("error") or r.get("first_warning")] or ["none"]
+    lines += ["", "## Per sampler", "", *summary(frame), "", "## What is measured", "",
+              __doc__[__doc__.index("Per run"):].strip(), ""]
+    (out / f"banana_coverage_{tag}.md").write_text("\n".join(lines))
+
+
+def main(argv=None):
+    """Command line; see the module docstring."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--samplers", default=",".join(SAMPLERS), help="comma-separated")
+    p.add_argument("--seeds", default="0-9", help="e.g. 0,1,2 or 0-9")
+    p.add_argument("--tune", type=int, default=1000)
+    p.add_argument("--draws", type=int, default=2000)
+    p.add_argument("--chains", type=int, default=2)
+    p.add_argument("--tag", default=f"{_dt.datetime.now():%Y%m%d-%H%M%S}")
+    p.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR)
+    a = p.parse_args(argv)
+    seeds = [s for part in split_names(a.seeds) for s in (
+        range(int(part.split("-")[0]), int(part.split("-")[1]) + 1) if "-" in part
+        else [int(part)])]
+    models = {"gradient": make_banana(), "black_box": black_box_banana()}
+    info = models["gradient"][1]
+    ref = (info.ref_mean["beta"], info.ref_sd["beta"],
+           banana_reference_quantiles(info.extra["y"], [TAIL_P, 1 - TAIL_P]))
+    env = environment_meta()
+    path = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
+    meta = {
+        "command": f"cd {os.getcwd()} && {path}nice -n {os.nice(0)} {sys.executable} "
+        + " ".join(sys.argv),
+        "git commit": git_commit(),
+        "settings": f"tune={a.tune} draws={a.draws} chains={a.chains} cores=1, default step "
+        f"settings, seeds {seeds}",
+        "versions": f"{env['versions']}, arviz {az.__version__}, numpy {np.__version__}, "
+        f"pymc_surrogate from {Path(pymc_surrogate.__file__).parent}",
+        "date": f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
+        "machine": f"{env['machine'].rsplit(',', 1)[0]}, shared, load average at start "
+        f"{os.getloadavg()[0]:.2f}; one sampling process, BLAS 1 thread",
+        "reference": f"quadrature: mean {np.round(ref[0], 4)}, sd {np.round(ref[1], 4)}; 2.5 / "
+        f"97.5 % quantiles b1 {np.round(ref[2][0], 4)}, b2 {np.round(ref[2][1], 4)}",
+    }
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with _blas_limit(1):
+        for seed in seeds:
+            for sampler in split_names(a.samplers):
+                rows.append(r := run(sampler, seed, a.tune, a.draws, a.chains, models, ref))
+                print(f"[{_dt.datetime.now():%H:%M:%S}] {sampler} seed {seed}: {r['status']} "
+                      f"z {r.get('max_abs_z', np.nan):.2f} rhat {r.get('max_rhat', np.nan):.3f} "
+                      f"{r.get('wall_s', np.nan):.0f} s {r['reasons']}", flush=True)
+                write(rows, a.out, a.tag, meta)
+    print(f"wrote {a.out / f'banana_coverage_{a.tag}'}.{{csv,md}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
