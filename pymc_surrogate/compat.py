@@ -23,11 +23,15 @@ __all__ = [
     "bfmi",
     "bulk_ess",
     "concat_chains",
+    "pareto_khat",
     "posterior_dataset",
 ]
 
 #: PyTensor 3 differentiates through ``Op.pullback`` and warns on ``L_op`` / ``grad``.
 PYTENSOR_PULLBACK: bool = "pullback" in Op.__dict__
+
+#: ArviZ 1 moved its statistics to ``arviz_stats`` (PSIS among them).
+_ARVIZ_1: bool = int(az.__version__.split(".")[0]) >= 1
 
 # xarray's DataTree (xarray >= 2024.10); older xarray has none, and then no result is one.
 _DATATREE: type | tuple = getattr(xr, "DataTree", ())
@@ -100,3 +104,28 @@ def bulk_ess(values: Any) -> float:
     if not np.all(np.isfinite(trace)) or np.ptp(trace) == 0:
         return 0.0
     return float(np.asarray(az.ess(trace, method="bulk")))
+
+
+def pareto_khat(log_weights: Any) -> float:
+    """ArviZ's Pareto-smoothed importance sampling shape ``k`` of ``exp(log_weights)``.
+
+    ``-inf`` when the weights are all equal (nothing to smooth). Both generations' PSIS,
+    with their sign conventions: ArviZ 0.x's ``psislw`` takes log weights, ArviZ 1's takes
+    log ratios of the ``loo`` kind, ``-log(weight)``. A tail made of one repeated value
+    (ArviZ 1 raises) is an infinitely heavy tail: ``inf``.
+    """
+    log_weights = np.asarray(log_weights, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(log_weights)):
+        return np.inf
+    if np.ptp(log_weights) < 1e-12 * max(1.0, float(np.max(np.abs(log_weights)))):
+        return -np.inf
+    try:
+        if _ARVIZ_1:
+            from arviz_stats.base import array_stats
+
+            khat = array_stats.psislw(-log_weights, r_eff=1)[1]
+        else:
+            khat = az.psislw(log_weights.copy(), reff=1.0)[1]
+    except ValueError:
+        return np.inf
+    return float(khat)

@@ -30,6 +30,7 @@ from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.block_context import BlockContext
 from pymc_surrogate.step_methods.corrections import Corrections
+from pymc_surrogate.step_methods.coverage import Coverage
 from pymc_surrogate.step_methods.defaults import TUNING
 from pymc_surrogate.step_methods.evaluator import Evaluator
 from pymc_surrogate.step_methods.exploration import Exploration
@@ -49,7 +50,8 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, ArrayStepShared):
+class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, ChainHealth,
+                    ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -243,6 +245,7 @@ class SurrogateStep(Corrections, Refits, Exploration, TailJumps, ChainHealth, Ar
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
             "warning": warning,
+            **self._coverage_stats(chain),
             **self._extra_stats(chain),
         }
         return RaveledVars(info.point.q, q0.point_map_info), [stats]

@@ -82,6 +82,18 @@ class Tuning:
     inner_transitions: int = 3
     #: Surrogate steps of tuning over which that acceptance is measured.
     inner_window: int = 100
+    # --- coverage (coverage.py)
+    #: Temper each surrogate until it covers the posterior; False leaves every fit as it
+    #: is (the power tests' broken sampler).
+    coverage: bool = True
+    #: Pareto k of the weights exp(U~ - U) on the evaluations near the typical set above
+    #: which the surrogate is tempered (on draws of a Gaussian posterior a Gaussian surrogate
+    #: with s times its sd has k = 1/s^2 - 1; the evaluations reach wider, so k is larger).
+    coverage_khat: float = 0.7
+    #: Temperatures tried in turn, the first that brings k to ``coverage_khat`` chosen.
+    coverage_temperatures: tuple = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+    #: Fewer evaluations than this measure no tail: the surrogate stays at T = 1.
+    coverage_min_points: int = 100
     # --- tail jumps (heavy_tails.py, core/tail_jumps.py)
     #: Share of a heavy-tailed chain's draws that are tail jumps.
     tail_jump_probability: float = 0.2

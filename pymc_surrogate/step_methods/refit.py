@@ -19,6 +19,7 @@ from pymc.stats.convergence import WarningType
 from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.core.adaptation import SurrogateWarmUp, warm_up_on_surrogate
 from pymc_surrogate.core.types import TransitionInfo
+from pymc_surrogate.step_methods.coverage import tempered
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -172,7 +173,7 @@ class Refits:
         refit schedule. It never ends the run.
         """
         kept = (chain.surrogate, chain.learner, chain.metric, chain.step_adapt,
-                chain.path_adapt, chain.whitening)
+                chain.path_adapt, chain.whitening, chain.coverage)
         try:
             chain.whitening = self._posterior_scale(chain, dense=True)
             chain_scale = (chain.whitening if self._dense_chain_scale(chain)
@@ -182,10 +183,11 @@ class Refits:
             surrogate, warm_up = self._without_spurious_well(chain, chain_scale, surrogate)
             first = chain.surrogate is None
             self._use_surrogate(chain, surrogate)
+            self._choose_coverage(chain)
             self._adapt_to_surrogate(chain, chain_scale, warm_up)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
             (chain.surrogate, chain.learner, chain.metric, chain.step_adapt,
-             chain.path_adapt, chain.whitening) = kept
+             chain.path_adapt, chain.whitening, chain.coverage) = kept
             # Try again on the refit schedule, not at every iteration.
             chain.counts.failed_fits += 1
             chain.fits.last_iteration = chain.iteration + 1
@@ -391,8 +393,9 @@ class Refits:
 
     def _surrogate_field(self, chain: ChainState):
         """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
-        current context."""
-        return self.context.field(chain.surrogate)
+        current context, at the temperature that makes it cover the posterior
+        (coverage.py)."""
+        return tempered(self.context.field(chain.surrogate), chain.coverage.temperature)
 
 
 def _mixes(samples: np.ndarray, min_ess: float) -> bool:

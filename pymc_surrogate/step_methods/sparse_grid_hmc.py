@@ -621,6 +621,11 @@ class SparseGridHMC(SurrogateStep):
                                 self._surrogate_field(chain, model_outside=False),
                                 initial_step, n_samples)
 
+    def _measures_coverage(self) -> bool:
+        # Its field is the interpolant inside the box and the model outside: a temperature
+        # would break it at the faces. Its coverage is the box's (``_outside_share``).
+        return False
+
     def _surrogate_field(self, chain: ChainState, model_outside: bool = True):
         """eq. 3.11: the interpolant inside the domain, the true model outside (a black box,
         or ``model_outside=False``: the grid's continuation, ``_continuation``)."""

@@ -30,6 +30,8 @@ STATS = {
     "surrogate_fits": (np.int64, []),
     "failed_fits": (np.int64, []),
     "diverging_total": (np.int64, []),
+    "surrogate_temperature": (np.float64, []),
+    "coverage_khat": (np.float64, []),
     "perf_counter_diff": (np.float64, []),
     "perf_counter_start": (np.float64, []),
     "warning": (SamplerWarning, None),

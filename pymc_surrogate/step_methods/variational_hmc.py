@@ -266,6 +266,10 @@ class VariationalHMC(SurrogateStep):
             chain.online.stopped = True
             chain.learner = None
 
+    def _measures_coverage(self) -> bool:
+        # The free-form mode samples the surrogate itself: a temperature would change its target.
+        return self.exact and super()._measures_coverage()
+
     def _refit(self, chain: ChainState) -> None:
         """Batch refits (new whitening and nodes, all the data) until the stopping time."""
         if chain.online.stopped and chain.surrogate is not None:

@@ -8,7 +8,10 @@ Each one is a way a surrogate sampler can go wrong that a reliability check must
 * :func:`shift_one_chain`: one chain offset by a fraction of the posterior sd (a chain
   stuck in, or biased towards, one part of the posterior);
 * :func:`shrink`: draws too concentrated (sd a fraction too small), as from a sampler
-  that misses the tails.
+  that misses the tails;
+* :func:`narrow_surrogate`: a step whose surrogate is steeper than what it fitted (an
+  sd ``factor`` times the posterior's on a Gaussian): exact, but a chain on it enters
+  the tails rarely and leaves them slowly unless its coverage check tempers it.
 
 The last two post-process real draws, so the broken sampler is exactly a correct one plus
 the defect.
@@ -20,7 +23,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["no_metropolis_correction", "shift_one_chain", "shrink"]
+__all__ = ["narrow_surrogate", "no_metropolis_correction", "shift_one_chain", "shrink"]
 
 
 @contextmanager
@@ -55,3 +58,30 @@ def shrink(x: np.ndarray, factor: float = 0.85) -> np.ndarray:
     x = np.asarray(x, dtype=float)
     centre = x.mean(axis=(0, 1))
     return centre + factor * (x - centre)
+
+
+class _Steeper:
+    """A surrogate whose potential is ``1 / factor**2`` times the one it fitted."""
+
+    def __init__(self, inner, factor: float):
+        self.inner, self.scale = inner, 1.0 / factor**2
+
+    def fit(self, *args, **kwargs):
+        self.inner.fit(*args, **kwargs)
+        return self
+
+    def value_and_grad(self, q):
+        value, grad = self.inner.value_and_grad(q)
+        return self.scale * value, self.scale * grad
+
+
+def narrow_surrogate(step_class: type, factor: float = 0.6) -> type:
+    """``step_class`` with every fitted surrogate made ``factor`` times as wide (on a
+    Gaussian posterior, sds ``factor`` times the posterior's)."""
+
+    class NarrowSurrogate(step_class):
+        def _make_surrogate(self, whitening, random_state, **settings):
+            return _Steeper(super()._make_surrogate(whitening, random_state, **settings), factor)
+
+    NarrowSurrogate.__name__ = f"Narrow{step_class.__name__}"
+    return NarrowSurrogate

@@ -1,0 +1,117 @@
+"""Coverage (step_methods/coverage.py): a surrogate narrower than the posterior is flagged by
+the Pareto k of its weights and tempered until it covers; one that covers is not tempered."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import arviz as az
+import numpy as np
+import pytest
+
+from benchmarks.real_posteriors import tail_band
+from pymc_surrogate import SurrogateHMC
+from pymc_surrogate.step_methods.coverage import tempered
+from pymc_surrogate.step_methods.state import CoverageState
+from tests.conftest import gaussian_model
+from tests.reliability.broken import narrow_surrogate
+from tests.reliability.helpers import SEED, check_moments, sample
+
+
+def _quadratic(q):
+    return float(q @ q) / 2, q.copy()
+
+
+def test_tempered_field():
+    assert tempered(_quadratic, 1.0) is _quadratic
+    value, grad = tempered(_quadratic, 2.0)(np.array([1.0, 2.0]))
+    assert value == 1.25 and np.array_equal(grad, [0.5, 1.0])
+
+
+class _Gaussian:
+    """``U~(q) = |q|^2 / (2 s^2) + wiggle * sin(3 q_0)``: sd ``s``, a bounded error."""
+
+    def __init__(self, sd: float, wiggle: float = 0.0):
+        self.sd, self.wiggle = sd, wiggle
+
+    def value_and_grad(self, q):
+        grad = q / self.sd**2
+        grad[0] += 3 * self.wiggle * np.cos(3 * q[0])
+        return float(q @ q / (2 * self.sd**2) + self.wiggle * np.sin(3 * q[0])), grad
+
+
+def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> CoverageState:
+    """The coverage a step measures for a surrogate of sd ``sd`` on N(0, I), d = 2, from
+    500 tuning states and the 1000 evaluations a black-box exploration would make (its
+    proposals spread 1.5 times the posterior)."""
+    rng = np.random.default_rng([SEED, seed])
+    with gaussian_model(np.zeros(2), np.eye(2), black_box=True):
+        step = SurrogateHMC()
+    chain = step.chain
+    for q in 1.5 * rng.standard_normal((1000, 2)):
+        chain.training.append(q, 0.5 * q @ q, None)
+    for q in rng.standard_normal((1000, 2)):
+        chain.positions.append(q)
+        chain.position_potentials.append(0.5 * q @ q)
+    chain.surrogate = _Gaussian(sd, wiggle)
+    step._choose_coverage(chain)
+    return chain.coverage
+
+
+def test_a_narrow_surrogate_is_flagged_and_tempered():
+    """Power: an sd 0.6 of the posterior's is flagged at every one of 20 seeds and tempered
+    to T = 2 (sd 0.85: k = 1 / (T s^2) - 1 = 0.39 on the posterior's draws) or 3 (the first
+    tried with T s^2 >= 1, where its weights are bounded)."""
+    for seed in range(20):
+        coverage = _coverage(0.6, seed)
+        assert coverage.khat > 0.7 and coverage.temperature in (2.0, 3.0), (seed, coverage)
+        assert coverage.tempered_khat <= 0.7
+
+
+@pytest.mark.parametrize("sd, wiggle", [(1.0, 0.0), (1.0, 0.3), (1.3, 0.0)])
+def test_a_covering_surrogate_is_left_alone(sd, wiggle):
+    """False alarms: the exact potential, the exact one with an error of 0.3 nats, and a
+    wider one are never tempered (20 seeds each)."""
+    for seed in range(20):
+        coverage = _coverage(sd, seed, wiggle)
+        assert coverage.temperature == 1.0 and not coverage.khat > 0.7, (seed, coverage)
+
+
+def _right(idata) -> bool:
+    """The issue's "right" on N(0, I): moments within MCSE, R-hat <= 1.01, and the shares
+    below the 2.5% and above the 97.5% quantile within the 99% binomial band at the tail ESS."""
+    x = idata.posterior["x"].values
+    if not check_moments(x, 0.0, 1.0).passed or float(az.rhat(idata)["x"].max()) > 1.01:
+        return False
+    lo, hi = tail_band(float(az.ess(idata, method="tail")["x"].min()), 0.025, 0.99)
+    flat = x.reshape(-1, x.shape[-1])
+    shares = np.concatenate([(flat < -1.959964).mean(0), (flat > 1.959964).mean(0)])
+    return bool(np.all((lo <= shares) & (shares <= hi)))
+
+
+def _narrow_run(cover: bool, seed: int):
+    step_class = narrow_surrogate(SurrogateHMC, 0.6)
+    with gaussian_model(np.zeros(2), np.eye(2), black_box=True):
+        step = step_class()
+        if not cover:
+            step.tuning = dataclasses.replace(step.tuning, coverage=False)
+        idata = sample(step, tune=1000, draws=1000, random_seed=seed)
+    return _right(idata), idata.sample_stats["surrogate_temperature"].values[:, -1]
+
+
+def test_a_narrow_surrogate_samples_right_once_tempered():
+    """A surrogate with 0.6 of the posterior's sd (black box, N(0, I), d = 2): tempered,
+    the draws are right; the same run without the coverage check is not (its chains
+    stick where the surrogate falls too fast: R-hat 1.012-1.044 at seeds 0-5)."""
+    right, temperature = _narrow_run(cover=True, seed=SEED)
+    assert right and np.all(temperature >= 2.0), temperature
+    right, temperature = _narrow_run(cover=False, seed=SEED)
+    assert not right and np.all(temperature == 1.0)
+
+
+@pytest.mark.slow
+def test_coverage_power():
+    """Ten seeds: tempered, right at >= 9; without the check, wrong at >= 8."""
+    right = sum(_narrow_run(True, seed)[0] for seed in range(10))
+    wrong = sum(not _narrow_run(False, seed)[0] for seed in range(10))
+    assert right >= 9 and wrong >= 8, (right, wrong)
