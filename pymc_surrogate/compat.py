@@ -112,7 +112,8 @@ def pareto_khat(log_weights: Any) -> float:
     ``-inf`` when the weights are all equal (nothing to smooth). Both generations' PSIS,
     with their sign conventions: ArviZ 0.x's ``psislw`` takes log weights, ArviZ 1's takes
     log ratios of the ``loo`` kind, ``-log(weight)``. A tail made of one repeated value
-    (ArviZ 1 raises) is an infinitely heavy tail: ``inf``.
+    (ArviZ 1 raises) is an infinitely heavy tail: ``inf``. NaN where ArviZ could fit no
+    tail (ArviZ 1 on a tail of a few distinct values, where ArviZ 0.x may say anything).
     """
     log_weights = np.asarray(log_weights, dtype=np.float64).ravel()
     if not np.all(np.isfinite(log_weights)):

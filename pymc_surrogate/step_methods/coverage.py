@@ -65,10 +65,11 @@ class Coverage:
         khat = pareto_khat(fitted - potentials)
         for temperature in self.tuning.coverage_temperatures:
             tempered_khat = pareto_khat(fitted / temperature - potentials)
-            if tempered_khat <= self.tuning.coverage_khat:
+            # NaN: PSIS fitted no tail (weights of a few distinct values): no evidence
+            if not tempered_khat > self.tuning.coverage_khat:
                 break
         chain.coverage = CoverageState(temperature, khat, tempered_khat)
-        if not self.tune and tempered_khat > self.tuning.coverage_khat:
+        if not self.tune and tempered_khat > self.tuning.coverage_khat:  # NaN: never
             self._warn(
                 chain, WarningType.CONVERGENCE,
                 f"the surrogate is narrower than the posterior where a chain has evaluated "
