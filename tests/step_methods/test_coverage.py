@@ -47,6 +47,7 @@ def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> CoverageState:
     rng = np.random.default_rng([SEED, seed])
     with gaussian_model(np.zeros(2), np.eye(2), black_box=True):
         step = SurrogateHMC()
+    step.tuning = dataclasses.replace(step.tuning, coverage=True)
     chain = step.chain
     for q in 1.5 * rng.standard_normal((1000, 2)):
         chain.training.append(q, 0.5 * q @ q, None)
@@ -93,10 +94,14 @@ def _narrow_run(cover: bool, seed: int):
     step_class = narrow_surrogate(SurrogateHMC, 0.6)
     with gaussian_model(np.zeros(2), np.eye(2), black_box=True):
         step = step_class()
-        if not cover:
-            step.tuning = dataclasses.replace(step.tuning, coverage=False)
+        step.tuning = dataclasses.replace(step.tuning, coverage=cover)
         idata = sample(step, tune=1000, draws=1000, random_seed=seed)
     return _right(idata), idata.sample_stats["surrogate_temperature"].values[:, -1]
+
+
+def test_coverage_is_off_by_default():
+    """Measured harm on an existing check (docs/design.md, "Coverage"): opt-in for now."""
+    assert not SurrogateHMC.tuning.coverage
 
 
 def test_a_narrow_surrogate_samples_right_once_tempered():

@@ -5,7 +5,6 @@ import pytest
 
 from pymc_surrogate.surrogates.online import RecursiveLeastSquares
 from pymc_surrogate.surrogates.score_network import LaplaceTerm, ScoreNetworkSurrogate
-from pymc_surrogate.surrogates.whitening import Whitening
 
 
 def _gaussian_data(n, dim=4, seed=0, wiggle=0.3):
@@ -79,12 +78,7 @@ def test_differences_of_the_value_match_the_gradient():
 def test_laplace_blend_fades_with_the_data():
     positions, grad, precision = _gaussian_data(50, wiggle=0.0)
     laplace = LaplaceTerm(np.zeros(4), 10.0 * precision)  # deliberately off-centre, too narrow
-    # The scale of all 50 points, as a step passes its tuning states' scale: estimated from
-    # the first two alone it is degenerate in two directions, and where the hidden nodes
-    # land then decides the late fit (it followed the gradient within 10% with Stan's
-    # absolute ridge of 7e-4 and missed it by 31% with a scale-free one).
-    surrogate = ScoreNetworkSurrogate(n_hidden=10, tau=20.0, laplace=laplace, random_state=0,
-                                      whitening=Whitening.from_samples(positions))
+    surrogate = ScoreNetworkSurrogate(n_hidden=10, tau=20.0, laplace=laplace, random_state=0)
     surrogate.fit(positions[:2], gradients=grad(positions[:2]))
     assert surrogate.mu_ == pytest.approx(1 - np.exp(-2 / 20))
     # early, V is mostly the Laplace term: its gradient at the Laplace mode is small
