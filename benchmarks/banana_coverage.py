@@ -52,7 +52,7 @@ import pymc_surrogate  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
     DEFAULT_RESULTS_DIR, _blas_limit, _describe, environment_meta, sample_counted, split_names,
 )
-from benchmarks.models.banana import banana_log_density, make_banana  # noqa: E402
+from benchmarks.models.banana import banana_beta2_marginal, banana_log_density, make_banana  # noqa: E402
 from benchmarks.models.counting import EvaluationCounter, count_evaluations  # noqa: E402
 from benchmarks.real_posteriors import tail_band  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
@@ -70,21 +70,13 @@ TAILS = [(f"{side}_{i}", i, side) for i in (1, 2) for side in ("below", "above")
 def banana_reference_quantiles(y, probs, sigma_y=2.0, sigma_beta=1.0, n_grid=200_001):
     """Quantiles of the marginals of b1 and b2 by quadrature, shape ``(2, len(probs))``.
 
-    As in :func:`benchmarks.models.banana.banana_reference_moments`: ``b1 | b2 ~ N(v a / s2,
-    v)``, ``a = ybar - b2^2``, ``s2 = sigma_y^2 / n``, ``v = 1 / (1/s2 + 1/sigma_beta^2)``,
-    ``p(b2) ∝ N(b2; 0, sigma_beta^2) N(a; 0, s2 + sigma_beta^2)``.  b2's CDF is the cumulative
-    trapezoid of that density; b1's is ``∫ p(b2) Phi((x - v a / s2) / sqrt v) db2``.
+    From :func:`benchmarks.models.banana.banana_beta2_marginal`: b2's CDF is the cumulative
+    trapezoid of its density; b1's is ``∫ p(b2) Phi((x - mu1(b2)) / sqrt v) db2``.
     """
-    s2, ybar = sigma_y**2 / len(y), float(np.mean(y))
-    v = 1.0 / (1.0 / s2 + 1.0 / sigma_beta**2)
-    half = 12.0 * sigma_beta + np.sqrt(abs(ybar) + 12.0 * np.sqrt(s2 + sigma_beta**2))
-    b2 = np.linspace(-half, half, n_grid)
-    a = ybar - b2**2
-    logw = -(b2**2) / (2 * sigma_beta**2) - a**2 / (2 * (s2 + sigma_beta**2))
-    w = np.exp(logw - logw.max())
+    b2, w, mu1, v = banana_beta2_marginal(y, sigma_y, sigma_beta, n_grid)
     cdf2 = cumulative_trapezoid(w, b2, initial=0.0)
-    w, cdf2 = w / cdf2[-1], cdf2 / cdf2[-1]
-    mu1, dx = v * a / s2, b2[1] - b2[0]
+    cdf2 = cdf2 / cdf2[-1]
+    dx = b2[1] - b2[0]
 
     def cdf1(x):
         f = w * norm.cdf((x - mu1) / np.sqrt(v))

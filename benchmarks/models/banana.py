@@ -8,7 +8,7 @@ from scipy.integrate import trapezoid
 
 from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
 
-__all__ = ["make_banana", "banana_reference_moments", "banana_log_density"]
+__all__ = ["make_banana", "banana_beta2_marginal", "banana_reference_moments", "banana_log_density"]
 
 
 def banana_log_density(
@@ -42,6 +42,34 @@ def banana_log_density(
     return -n * (ybar - m) ** 2 / (2 * sigma_y**2) - (beta1**2 + beta2**2) / (2 * sigma_beta**2)
 
 
+def banana_beta2_marginal(
+    y: np.ndarray, sigma_y: float = 2.0, sigma_beta: float = 1.0, n_grid: int = 200_001
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """``beta2``'s marginal density on a quadrature grid, and ``beta1 | beta2``.
+
+    With ``s2 = sigma_y^2 / N`` and ``a = ybar - beta2^2``: ``beta1 | beta2 ~ N(mu1, v)``,
+    ``mu1 = v a / s2``, ``v = 1 / (1/s2 + 1/sigma_beta^2)``, and
+    ``p(beta2) ∝ N(beta2; 0, sigma_beta^2) N(a; 0, s2 + sigma_beta^2)``.
+
+    Returns
+    -------
+    b2, density, mu1 : ndarray, shape (n_grid,)
+        Grid, ``p(beta2)`` normalised by the trapezoid rule, ``E[beta1 | beta2]``.
+    v : float
+        ``Var[beta1 | beta2]``.
+    """
+    n, ybar = len(y), float(np.mean(y))
+    s2 = sigma_y**2 / n
+    v = 1.0 / (1.0 / s2 + 1.0 / sigma_beta**2)
+    # Far beyond where either the prior or the likelihood leaves any mass.
+    half_width = 12.0 * sigma_beta + np.sqrt(abs(ybar) + 12.0 * np.sqrt(s2 + sigma_beta**2))
+    b2 = np.linspace(-half_width, half_width, n_grid)
+    a = ybar - b2**2
+    logw = -(b2**2) / (2 * sigma_beta**2) - a**2 / (2 * (s2 + sigma_beta**2))
+    w = np.exp(logw - logw.max())
+    return b2, w / trapezoid(w, b2), v * a / s2, v
+
+
 def banana_reference_moments(
     y: np.ndarray, sigma_y: float = 2.0, sigma_beta: float = 1.0, n_grid: int = 200_001
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -67,17 +95,7 @@ def banana_reference_moments(
     -------
     mean, sd : ndarray, shape (2,)
     """
-    n, ybar = len(y), float(np.mean(y))
-    s2 = sigma_y**2 / n
-    v = 1.0 / (1.0 / s2 + 1.0 / sigma_beta**2)
-    # Far beyond where either the prior or the likelihood leaves any mass.
-    half_width = 12.0 * sigma_beta + np.sqrt(abs(ybar) + 12.0 * np.sqrt(s2 + sigma_beta**2))
-    b2 = np.linspace(-half_width, half_width, n_grid)
-    a = ybar - b2**2
-    logw = -(b2**2) / (2 * sigma_beta**2) - a**2 / (2 * (s2 + sigma_beta**2))
-    w = np.exp(logw - logw.max())
-    w /= trapezoid(w, b2)
-    mu1 = v * a / s2
+    b2, w, mu1, v = banana_beta2_marginal(y, sigma_y, sigma_beta, n_grid)
     e_b1 = trapezoid(w * mu1, b2)
     e_b1sq = v + trapezoid(w * mu1**2, b2)
     e_b2 = trapezoid(w * b2, b2)
