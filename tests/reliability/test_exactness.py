@@ -127,6 +127,15 @@ def test_banana_against_quadrature(exact_step, black_box):
     assert_moments(idata, "beta", info.ref_mean["beta"], info.ref_sd["beta"])
 
 
+test_banana_against_quadrature.known_defects = {
+    # Issue 34: right by a machine's luck. On Haswell OpenBLAS kernels, PyMC 5, at 906f333's
+    # draws: per-chain ESS 37/31 and 12/2, no warning (it passed where CI ran before, on
+    # SkylakeX); black box, 10 seeds of 2 x (1000 + 2000): right at 0 of 10
+    # (benchmarks/results/banana_coverage_baseline.md). `pytest -m experimental` runs it.
+    "KernelHMC": "its surrogate does not cover the banana's arms (docs/design.md, Coverage)",
+}
+
+
 # ------------------------------------------------------------------ heavy tails
 #: Independent runs pooled by the heavy-tail test (each 2 chains x 2000 draws).
 HEAVY_TAIL_RUNS = 8
