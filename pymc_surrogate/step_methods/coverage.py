@@ -53,18 +53,20 @@ class Coverage:
     def _choose_coverage(self, chain: ChainState) -> None:
         """Set ``chain.coverage`` for the surrogate just fitted (no model evaluation)."""
         chain.coverage = CoverageState()
+        if not (self.tuning.coverage and self._measures_coverage()):
+            return
         keep = chain.training.relevant(self.policy.energy_window(self.dim))
-        if not (self.tuning.coverage and self._measures_coverage()) or (
-                len(keep) < self.tuning.coverage_min_points):
+        if len(keep) < self.tuning.coverage_min_points:
             return
         points, potentials = chain.training.positions[keep], chain.training.potentials[keep]
         field = self.context.field(chain.surrogate)
         fitted = np.array([field(q)[0] for q in points])
         if not np.all(np.isfinite(fitted)):
             return
-        khat = pareto_khat(fitted - potentials)
+        khat = None  # at the first temperature tried (1): the fit's own narrowness
         for temperature in self.tuning.coverage_temperatures:
             tempered_khat = pareto_khat(fitted / temperature - potentials)
+            khat = tempered_khat if khat is None else khat
             # NaN: PSIS fitted no tail (weights of a few distinct values): no evidence
             if not tempered_khat > self.tuning.coverage_khat:
                 break
