@@ -272,6 +272,18 @@ def test_degenerate_data_right(step, case, black_box):
     assert_moments(idata, var, mean, sd)
 
 
+test_degenerate_data_right.known_defects = {
+    # Measured 2026-11-27 (PyMC 5.28.5, 2 x (600 + 4000)): wrong at 5 of seeds 1-10 (two with
+    # a chain confined to a third of the box, chain sds 0.15-0.21 against 0.29; at CI's seed
+    # one chain's u[0] in [0, 0.11]), the black box right at 10 of 10. Exact HMC explores
+    # first, and with zero gradients every trajectory is a straight line that mostly leaves
+    # the box: the ~140 exploration states sit in a corner, the fit to them (lam 30: its
+    # Gaussian base) is that corner, and the chain, learning from its own states, stays.
+    "KernelHMC-flat_box-gradient": "a surrogate learnt from the chain's states keeps the "
+                                   "corner its exploration saw (docs/reliability.md, Known bugs)",
+}
+
+
 def test_rough_potential_stays_exact(step):
     """A potential no smooth surrogate can follow (|x|^2/2 - 2 sin(1e4 x) per coordinate):
     right, or the step said the draws are poor.
