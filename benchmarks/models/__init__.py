@@ -20,6 +20,7 @@ heat_blackbox          d=5, condition 1e4          d=20, condition 1e6          
 heat_adjoint           as heat_blackbox, with a gradient
 funnel_blackbox        d=2                         d=2                          d=10
 funnel_gradient        as funnel_blackbox, with a gradient
+served_gaussian        d=5, condition 1e4          d=20, condition 1e5          d=20, condition 2e8
 =====================  ==========================  ===========================  ==========================
 
 ``heat_*`` is the 1-d heat-equation inverse problem and ``funnel_*`` Neal's funnel of
@@ -51,7 +52,7 @@ from benchmarks.models.gaussians import (
     make_gaussian,
     make_narrow_gaussian,
 )
-from benchmarks.models.hard_geometry import make_funnel, make_heat_inverse
+from benchmarks.models.hard_geometry import make_funnel, make_heat_inverse, make_served_gaussian
 from benchmarks.models.logistic import make_logistic_regression
 
 __all__ = [
@@ -143,6 +144,12 @@ MODEL_SIZES: dict[str, tuple[Callable[..., tuple[pm.Model, Any]], dict[str, dict
         make_funnel,
         {"smoke": {"d": 2, "gradient": True}, "default": {"d": 2, "gradient": True},
          "paper": {"d": 10, "gradient": True}},
+    ),
+    "served_gaussian": (
+        make_served_gaussian,
+        {"smoke": {"d": 5, "condition_number": 1e4, "sd_min": 0.05},
+         "default": {"d": 20, "condition_number": 1e5, "sd_min": 0.05},
+         "paper": {"d": 20, "condition_number": 2e8, "sd_min": 1e-4}},
     ),
     "pde_adjoint": (
         make_pde_model,

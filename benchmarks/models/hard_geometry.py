@@ -16,7 +16,8 @@ from scipy.optimize import brentq
 
 from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
 
-__all__ = ["heat_inverse_problem", "make_heat_inverse", "make_funnel", "FUNNEL_SCALE"]
+__all__ = ["heat_inverse_problem", "make_heat_inverse", "make_funnel", "FUNNEL_SCALE",
+           "served_gaussian", "make_served_gaussian"]
 
 
 class MatrixForward(Op):
@@ -169,5 +170,80 @@ def make_funnel(d: int = 2, gradient: bool = False) -> tuple[pm.Model, ModelInfo
         description=f"Neal's funnel, d = {d} ({'gradient' if gradient else 'black box'}).",
         has_gradient=gradient,
         extra={"v_quantiles": {0.01: -2.3263 * FUNNEL_SCALE, 0.99: 2.3263 * FUNNEL_SCALE}},
+    )
+    return model, info
+
+
+class GaussianLogp(Op):
+    """``log N(x; mean, cov)`` up to a constant, in numpy, with no gradient."""
+
+    __props__ = ()
+
+    def __init__(self, mean: np.ndarray, cov: np.ndarray):
+        self.mean = np.asarray(mean, dtype=np.float64)
+        self.precision = np.linalg.inv(cov)
+
+    def make_node(self, x):
+        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        r = np.asarray(inputs[0], dtype=np.float64) - self.mean
+        output_storage[0][0] = np.asarray(-0.5 * r @ self.precision @ r)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.mean is other.mean
+
+    def __hash__(self):
+        return hash((type(self), id(self.mean)))
+
+
+def served_gaussian(d: int = 20, condition_number: float = 2e8, sd_min: float = 1e-4,
+                    seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of a correlated Gaussian with the given precision condition
+    number: sds log-spaced from ``sd_min`` to 1, a random correlation matrix shrunk toward
+    the identity until the condition number is reached (the shrinkage found by root
+    finding). With ``sd_min`` 0.05 and condition 1e5 the correlations reach 0.99; with
+    1e-4 and 2e8 they stay below 0.8 (the kind of posterior a model server
+    that returns a whole log-posterior is benchmarked with)."""
+    rng = np.random.default_rng(seed)
+    sds = np.geomspace(sd_min, 1.0, d)[rng.permutation(d)]
+    factor = rng.standard_normal((d, 3))  # nearly rank 3: correlations near +-1
+    raw = factor @ factor.T + 1e-6 * np.eye(d)
+    raw /= np.sqrt(np.outer(np.diag(raw), np.diag(raw)))
+
+    def cov(shrink: float) -> np.ndarray:
+        return ((1 - shrink) * raw + shrink * np.eye(d)) * np.outer(sds, sds)
+
+    def log_condition(shrink: float) -> float:
+        eigs = np.linalg.eigvalsh(cov(shrink))
+        return np.log(eigs.max() / eigs.min()) - np.log(condition_number)
+
+    if log_condition(1.0) > 0 or log_condition(1e-9) < 0:
+        raise ValueError(f"condition number {condition_number:g} is out of reach with sds "
+                         f"{sd_min:g}..1 in d = {d}")
+    return rng.uniform(-1.0, 1.0, d), cov(brentq(log_condition, 1e-9, 1.0))
+
+
+def make_served_gaussian(d: int = 20, condition_number: float = 2e8, sd_min: float = 1e-4,
+                         seed: int = 0) -> tuple[pm.Model, ModelInfo]:
+    """:func:`served_gaussian`'s posterior as a model server returns it: the whole
+    log-posterior behind one evaluate-only Op, on a ``pm.Flat`` vector (``pm.Potential``),
+    so that PyMC knows no prior and no scale. The same posterior as the heat problem's
+    with its prior in PyMC differs in exactly that."""
+    mean, cov = served_gaussian(d, condition_number, sd_min, seed)
+    counter = EvaluationCounter()
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=d)
+        pm.Potential("log_posterior", GaussianLogp(mean, cov)(count_evaluations(x, counter)))
+    info = ModelInfo(
+        name=f"served_gaussian{d}_{condition_number:.0e}",
+        counter=counter,
+        param_names=["x"],
+        ref_mean={"x": mean},
+        ref_sd={"x": np.sqrt(np.diag(cov))},
+        description=(f"{d}-d Gaussian served whole behind one black-box Op on a Flat vector, "
+                     f"precision condition number {condition_number:.0e}, sds {sd_min:g} to 1."),
+        has_gradient=False,
+        extra={"mean": mean, "cov": cov},
     )
     return model, info

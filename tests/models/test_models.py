@@ -330,3 +330,32 @@ def test_gp_logp_is_minus_the_papers_potential():
     ]
     np.testing.assert_allclose(sums, sums[0], atol=1e-8)
     assert info.ref_mean is None and info.param_names == ["log_eta", "log_l", "log_J"]
+
+
+# --- served Gaussian --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("condition,sd_min,max_corr", [(1e5, 0.05, (0.95, 0.999)),
+                                                       (2e8, 1e-4, (0.3, 0.8))])
+def test_served_gaussian_has_the_stated_condition_and_scales(condition, sd_min, max_corr):
+    from benchmarks.models.hard_geometry import served_gaussian
+
+    _, cov = served_gaussian(20, condition, sd_min)
+    eigs = np.linalg.eigvalsh(cov)
+    np.testing.assert_allclose(eigs.max() / eigs.min(), condition, rtol=1e-6)
+    sd = np.sqrt(np.diag(cov))
+    np.testing.assert_allclose([sd.min(), sd.max()], [sd_min, 1.0], rtol=1e-9)
+    corr = cov / np.outer(sd, sd) - np.eye(20)
+    assert max_corr[0] < np.abs(corr).max() < max_corr[1]
+
+
+def test_served_gaussian_is_a_flat_vector_behind_one_black_box():
+    model, info = MODELS["served_gaussian"]("smoke")
+    assert [rv.name for rv in model.free_RVs] == ["x"] and not info.has_gradient
+    mean, cov = info.extra["mean"], info.extra["cov"]
+    logp = model.compile_logp()
+    x = mean + np.linalg.cholesky(cov) @ np.ones(len(mean))
+    # the whole log-posterior, up to a constant: half the squared Mahalanobis distance
+    assert logp({"x": x}) - logp({"x": mean}) == pytest.approx(-0.5 * len(mean), rel=1e-9)
+    with pytest.raises(NotImplementedError):
+        model.compile_dlogp()
