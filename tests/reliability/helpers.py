@@ -34,7 +34,7 @@ SAMPLE = dict(
     compute_convergence_checks=False,
 )
 
-#: Stats every step method documents (README "Step statistics").
+#: Stats every step method documents (docs/usage.md, "Step statistics").
 CORE_STATS = ("accept", "accepted", "diverging", "uses_surrogate", "total_model_evals",
               "model_evals", "training_size")
 
