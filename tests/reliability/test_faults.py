@@ -88,6 +88,17 @@ def test_bad_region_is_rejected(step, kind, black_box):
     assert_moments(idata, "x", [mean0, 0.0], [sd0, 1.0])
 
 
+test_bad_region_is_rejected.known_defects = {
+    # Measured 2026-11-27: since the black-box population of ef4f8dd, PyMC 5.28.5 at the
+    # suite's seed (nan and -inf give the same draws): x[1]'s sd z = -3.92 against the
+    # limit 3.84 (chain sds 0.94 and less, per-chain ESS 1126-1859), no region draw; right
+    # at seeds 1-4 before and after that commit, and on PyMC 6 at the suite's seed.
+    # KernelHMC's sds run narrow (issue 34, "KernelHMC calibrated", open).
+    "KernelHMC-nan-black_box": "x[1]'s sd 3.9 MCSE low at the suite's seed on PyMC 5",
+    "KernelHMC--inf-black_box": "the same draws as the nan case",
+}
+
+
 # -------------------------------------------------------------- Ops that raise
 MESSAGE = "solver did not converge"
 
