@@ -29,14 +29,19 @@ def pytest_collection_modifyitems(items):
     # ``experimental`` marker: a named, documented defect, not a silent skip. A key is an
     # entry id ("KernelHMC") or several parts of a case id joined by "-"
     # ("KernelHMC-flat_box-gradient"); it matches a case whose id holds every part.
+    # A test's ``ci_entries`` (entry ids) is its short form: other entries carry ``slow``.
     for item in items:
-        defects = getattr(getattr(item, "function", None), "known_defects", {})
+        function = getattr(item, "function", None)
         callspec = getattr(item, "callspec", None)
-        if not defects or callspec is None:
+        if callspec is None:
             continue
         parts = set(callspec.id.split("-"))
+        defects = getattr(function, "known_defects", {})
         if any(set(key.split("-")) <= parts for key in defects):
             item.add_marker(pytest.mark.experimental)
+        short_form = getattr(function, "ci_entries", None)
+        if short_form is not None and not parts & set(short_form):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

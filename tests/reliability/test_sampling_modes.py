@@ -63,6 +63,11 @@ def test_spawn_start_method_pickles_the_step(step):
     assert_moments(idata, "x", np.zeros(2), np.sqrt([1.0, 2.0]))
 
 
+# 20 s an entry (each worker imports PyMC anew): CI runs SurrogateHMC; every class's pickling
+# is checked in CI by the cloudpickle round trip below, the rest with `-m slow`.
+test_spawn_start_method_pickles_the_step.ci_entries = {"SurrogateHMC"}
+
+
 def test_step_round_trips_through_cloudpickle_before_and_after_sampling(step):
     import cloudpickle  # what PyMC uses to ship steps to worker processes
 
@@ -170,7 +175,9 @@ def test_the_surrogate_check_fails_when_every_fit_fails(step, monkeypatch, caplo
 
 
 # ---------------------------------------------------------------------- seeds
-@pytest.mark.parametrize("cores", [1, 2])
+# cores=2 is slow (45 s a generation): tests/step_methods/test_chain_setup.py checks that
+# two worker processes reproduce their draws for every step class, in CI.
+@pytest.mark.parametrize("cores", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_random_seed_gives_identical_draws(step, cores):
     mean, cov = correlated_gaussian(3, seed=34)
     runs = []
