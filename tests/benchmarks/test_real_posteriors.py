@@ -243,6 +243,9 @@ def test_warnings_are_captured():
     assert row["status"] in ("warned", "wrong")
 
 
+# 272 s a generation here (the largest single cost of CI): slow; the runner's end-to-end
+# path is CI's test_short_run.
+@pytest.mark.slow
 def test_short_form_command(tmp_path):
     """The documented ``--short`` command, every default sampler (a few minutes): no step
     method of ours is wrong in silence (``|z| > 4`` of a mean with no warning).
