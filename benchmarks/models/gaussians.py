@@ -5,11 +5,36 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
 from scipy.stats import ortho_group
 
 from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
 
-__all__ = ["make_gaussian", "make_narrow_gaussian", "make_correlated_gaussian", "narrow_covariance"]
+__all__ = ["GaussianLogp", "make_gaussian", "make_narrow_gaussian", "make_correlated_gaussian", "narrow_covariance"]
+
+
+class GaussianLogp(Op):
+    """``log_norm - (x - mean)' precision (x - mean) / 2`` in numpy, with no gradient: the
+    whole log-posterior as an evaluate-only model server returns it."""
+
+    __props__ = ()
+
+    def __init__(self, mean: np.ndarray, precision: np.ndarray, log_norm: float = 0.0):
+        self.mean, self.precision, self.log_norm = mean, precision, float(log_norm)
+
+    def make_node(self, x):
+        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        r = np.asarray(inputs[0], dtype=np.float64) - self.mean
+        output_storage[0][0] = np.asarray(self.log_norm - 0.5 * r @ self.precision @ r)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.mean is other.mean
+
+    def __hash__(self):
+        return hash((type(self), id(self.mean)))
 
 
 def make_gaussian(
@@ -18,6 +43,7 @@ def make_gaussian(
     name: str = "gaussian",
     description: str = "",
     var_name: str = "x",
+    black_box: bool = False,
 ) -> tuple[pm.Model, ModelInfo]:
     """Model whose posterior is exactly ``N(mean, cov)``.
 
@@ -37,6 +63,8 @@ def make_gaussian(
         Description for the info record.
     var_name : str
         Name of the free variable.
+    black_box : bool
+        The log density as one evaluate-only Op (:class:`GaussianLogp`), no gradient.
 
     Returns
     -------
@@ -58,8 +86,13 @@ def make_gaussian(
     counter = EvaluationCounter()
     with pm.Model() as model:
         x = pm.Flat(var_name, shape=d)
-        r = count_evaluations(x, counter) - pt.constant(mean)
-        pm.Potential("gaussian_logp", log_norm - 0.5 * pt.dot(r, pt.dot(pt.constant(precision), r)))
+        counted = count_evaluations(x, counter)
+        if black_box:
+            logp = GaussianLogp(mean, precision, log_norm)(counted)
+        else:
+            r = counted - pt.constant(mean)
+            logp = log_norm - 0.5 * pt.dot(r, pt.dot(pt.constant(precision), r))
+        pm.Potential("gaussian_logp", logp)
     info = ModelInfo(
         name=name,
         counter=counter,
@@ -67,7 +100,7 @@ def make_gaussian(
         ref_mean={var_name: mean.copy()},
         ref_sd={var_name: np.sqrt(np.diag(cov))},
         description=description or f"Gaussian N(mean, cov) in {d} dimensions",
-        has_gradient=True,
+        has_gradient=not black_box,
         extra={"mean": mean, "cov": cov},
     )
     return model, info

@@ -15,6 +15,7 @@ from pytensor.graph.op import Op
 from scipy.optimize import brentq
 
 from benchmarks.models.counting import EvaluationCounter, ModelInfo, count_evaluations
+from benchmarks.models.gaussians import make_gaussian
 
 __all__ = ["heat_inverse_problem", "make_heat_inverse", "make_funnel", "FUNNEL_SCALE",
            "served_gaussian", "make_served_gaussian"]
@@ -174,29 +175,6 @@ def make_funnel(d: int = 2, gradient: bool = False) -> tuple[pm.Model, ModelInfo
     return model, info
 
 
-class GaussianLogp(Op):
-    """``log N(x; mean, cov)`` up to a constant, in numpy, with no gradient."""
-
-    __props__ = ()
-
-    def __init__(self, mean: np.ndarray, cov: np.ndarray):
-        self.mean = np.asarray(mean, dtype=np.float64)
-        self.precision = np.linalg.inv(cov)
-
-    def make_node(self, x):
-        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
-
-    def perform(self, node, inputs, output_storage):
-        r = np.asarray(inputs[0], dtype=np.float64) - self.mean
-        output_storage[0][0] = np.asarray(-0.5 * r @ self.precision @ r)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.mean is other.mean
-
-    def __hash__(self):
-        return hash((type(self), id(self.mean)))
-
-
 def served_gaussian(d: int = 20, condition_number: float = 2e8, sd_min: float = 1e-4,
                     seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Mean and covariance of a correlated Gaussian with the given precision condition
@@ -231,19 +209,8 @@ def make_served_gaussian(d: int = 20, condition_number: float = 2e8, sd_min: flo
     so that PyMC knows no prior and no scale. The same posterior as the heat problem's
     with its prior in PyMC differs in exactly that."""
     mean, cov = served_gaussian(d, condition_number, sd_min, seed)
-    counter = EvaluationCounter()
-    with pm.Model() as model:
-        x = pm.Flat("x", shape=d)
-        pm.Potential("log_posterior", GaussianLogp(mean, cov)(count_evaluations(x, counter)))
-    info = ModelInfo(
-        name=f"served_gaussian{d}_{condition_number:.0e}",
-        counter=counter,
-        param_names=["x"],
-        ref_mean={"x": mean},
-        ref_sd={"x": np.sqrt(np.diag(cov))},
+    return make_gaussian(
+        mean, cov, name=f"served_gaussian{d}_{condition_number:.0e}", black_box=True,
         description=(f"{d}-d Gaussian served whole behind one black-box Op on a Flat vector, "
                      f"precision condition number {condition_number:.0e}, sds {sd_min:g} to 1."),
-        has_gradient=False,
-        extra={"mean": mean, "cov": cov},
     )
-    return model, info
