@@ -4,14 +4,9 @@
 from __future__ import annotations
 
 import copy
-import multiprocessing
-import os
-import threading
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 
-import cloudpickle
 import numpy as np
 import scipy.spatial
 import scipy.stats
@@ -24,9 +19,10 @@ from pymc_surrogate.core.transitions import integrate
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.base import SurrogateStep
+from pymc_surrogate.step_methods.batch_evaluation import INFINITE, SERIAL, evaluate_logp
 from pymc_surrogate.step_methods.corrections import CORRECTIONS
 from pymc_surrogate.step_methods.evaluator import infinite_logp_error
-from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
+from pymc_surrogate.step_methods.model_functions import ModelEvaluationError
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.training import TrainingPolicy
 from pymc_surrogate.surrogates.base import Domain
@@ -40,12 +36,8 @@ from pymc_surrogate.surrogates.sparse_grid import (
 __all__ = ["SparseGridHMC", "GridPrecomputeError"]
 
 GRIDS = ("auto", "smolyak", "naive")
-SERIAL = ("serial", None)
 #: Seed of the domain search when no ``rng`` is given (see ``SparseGridHMC._seeded``).
 DOMAIN_SEED = 20261126
-#: executor="auto" evaluates the grid in worker processes only past this many seconds of
-#: serial evaluation: spawning workers and compiling the model in each costs seconds.
-PARALLEL_AFTER = 10.0
 #: Box standard deviations over which a gradient model's field passes from the grid's
 #: continuation to the model itself outside the box (a continuous potential).
 BLEND_DEPTH = 1.0
@@ -58,10 +50,6 @@ MAX_OUTSIDE_DRAWS = 0.2
 #: Below this acceptance of grid trajectories in late tuning, a chain is told its grid
 #: does not follow the model (measured: a rough potential 0.14-0.16, a banana 0.75).
 POOR_MOVE_RATE = 0.3
-
-
-#: A node's failure message when its logp is +inf: no retry, a SamplingError.
-INFINITE = "logp = +inf (an infinite density: fix the model there)"
 
 
 class GridPrecomputeError(RuntimeError):
@@ -491,79 +479,29 @@ class SparseGridHMC(SurrogateStep):
     def _precompute(self, nodes: np.ndarray) -> tuple[np.ndarray, int]:
         """``U`` at every node, through the executor; each failed node retried once."""
         n = nodes.shape[0]
-        executor = self._resolve_executor(nodes)
-        if executor in SERIAL:
-            function, close = _LocalLogp(self.functions), None
-            run = _serial_runner(function)
-        else:
-            function = _NodeLogp.from_model(self._model, self.vars)
-            close = None
-            if executor == "process":
-                workers = self.max_workers or os.cpu_count() or 1
-                executor = ProcessPoolExecutor(
-                    max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-                )
-                close = executor
-            run = _executor_runner(executor, function)
-        chunks = _chunks(n, self._chunk_size(n, executor))
-        values = np.full(n, np.nan)
-        errors: dict[int, str] = {}
-        try:
-            with _Progress(self.progressbar, n) as progress:
-                for rows, result in run([nodes[r] for r in chunks], chunks):
-                    for row, (value, error) in zip(rows, result):
-                        values[row] = value
-                        if error is not None:
-                            errors[row] = error
-                    progress.advance(len(rows))
-                infinite = [i for i in sorted(errors) if errors[i] == INFINITE]
-                if infinite:
-                    raise infinite_logp_error(
-                        type(self).__name__, self.evaluator.describe(nodes[infinite[0]]),
-                        f"grid node {infinite[0]} of {n}, and {len(infinite) - 1} more, in "
-                        "the precompute",
-                    )
-                retried = sorted(errors)
-                if retried:
-                    errors = {}
-                    for rows, result in run([nodes[[i]] for i in retried], [[i] for i in retried]):
-                        (value, error), = result
-                        values[rows[0]] = value
-                        if error is not None:
-                            errors[rows[0]] = error
-        finally:
-            if close is not None:
-                close.shutdown(wait=True)
-        if errors:
-            shown = sorted(errors)[:5]
+        batch = evaluate_logp(nodes, self.functions, self._model, self.vars,
+                              executor=self.executor, max_workers=self.max_workers,
+                              progressbar=self.progressbar, label="Grid nodes",
+                              owner=type(self).__name__)
+        infinite = [i for i in sorted(batch.errors) if batch.errors[i] == INFINITE]
+        if infinite:
+            raise infinite_logp_error(
+                type(self).__name__, self.evaluator.describe(nodes[infinite[0]]),
+                f"grid node {infinite[0]} of {n}, and {len(infinite) - 1} more, in the "
+                "precompute",
+            )
+        if batch.errors:
+            shown = sorted(batch.errors)[:5]
             lines = "\n".join(
-                f"  node {i}: {self.evaluator.describe(nodes[i])}: {errors[i]}" for i in shown
+                f"  node {i}: {self.evaluator.describe(nodes[i])}: {batch.errors[i]}" for i in shown
             )
             raise GridPrecomputeError(
-                f"SparseGridHMC: the model's logp failed at {len(errors)} of {n} grid nodes, "
-                f"twice each (the first {len(shown)} shown, in the sampler's unconstrained "
-                f"space):\n{lines}\nFix the model there, or shrink the domain (bounds=, "
-                "mean=/cov=, or a smaller k) to where its logp is finite."
+                f"SparseGridHMC: the model's logp failed at {len(batch.errors)} of {n} grid "
+                f"nodes, twice each (the first {len(shown)} shown, in the sampler's "
+                f"unconstrained space):\n{lines}\nFix the model there, or shrink the domain "
+                "(bounds=, mean=/cov=, or a smaller k) to where its logp is finite."
             )
-        return -values, len(retried)
-
-    def _resolve_executor(self, nodes: np.ndarray):
-        """``executor="auto"``: serial unless one timed logp says the grid takes long."""
-        if self.executor != "auto":
-            return self.executor
-        started = time.perf_counter()
-        try:
-            self.functions.logp(nodes[0])
-        except Exception:  # noqa: BLE001 - the precompute reports failed nodes itself
-            pass
-        seconds = time.perf_counter() - started
-        return "process" if seconds * nodes.shape[0] > PARALLEL_AFTER else "serial"
-
-    def _chunk_size(self, n: int, executor) -> int:
-        if executor in SERIAL:
-            return max(1, n)
-        workers = self.max_workers or os.cpu_count() or 1
-        return max(1, int(np.ceil(n / (4 * workers))))
+        return -batch.logp, batch.retried
 
     # ------------------------------------------------------------ the chain
     def _new_chain(self) -> ChainState:
@@ -907,27 +845,6 @@ def _covering(cov: np.ndarray, states: np.ndarray) -> np.ndarray:
     return widened @ widened.T
 
 
-# ---------------------------------------------------------------- node evaluation
-def _chunks(n: int, size: int) -> list[np.ndarray]:
-    return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
-
-
-def _evaluate_rows(logp, nodes: np.ndarray) -> list[tuple[float, str | None]]:
-    """``logp`` at each row; a failure is a (NaN, message) entry, never an exception."""
-    out = []
-    for q in nodes:
-        try:
-            value = float(logp(q))
-        except Exception as err:  # noqa: BLE001 - reported with the node's coordinates
-            out.append((np.nan, f"{type(err).__name__}: {err}"))
-            continue
-        if value == np.inf:
-            out.append((np.nan, INFINITE))
-        else:
-            out.append((value, None))  # -inf / NaN: outside the support, not a failure
-    return out
-
-
 def _fill_outside_support(potentials: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, int]:
     """Nodes where the logp is -inf or NaN lie outside the posterior's support (a
     truncation, a constraint): they get the potential continued from the support, so the
@@ -963,119 +880,6 @@ def _quadratic_features(z: np.ndarray) -> np.ndarray:
     """1, z_i and z_i z_j (i <= j) for each row."""
     rows, cols = np.triu_indices(z.shape[1])
     return np.column_stack([np.ones(len(z)), z, z[:, rows] * z[:, cols]])
-
-
-class _LocalLogp:
-    """The step's own compiled logp (no pickling)."""
-
-    def __init__(self, functions: ModelFunctions):
-        self.functions = functions
-
-    def __call__(self, nodes: np.ndarray):
-        return _evaluate_rows(self.functions.logp, nodes)
-
-
-#: Per worker thread: compiled logp functions by payload digest (compiled once each). Per
-#: thread, not per process: a compiled PyTensor function keeps its inputs and outputs in
-#: shared storage, so threads sharing one (a ThreadPoolExecutor, a Dask worker's threads)
-#: returned each other's values (PyMC 5: 45-60 of 100 nodes wrong).
-_WORKER_CACHE = threading.local()
-
-
-class _NodeLogp:
-    """A picklable node evaluator: the model as cloudpickle bytes, compiled lazily in the
-    worker (once per process)."""
-
-    def __init__(self, payload: bytes):
-        self.payload = payload
-        self.key = hash(payload)
-
-    @classmethod
-    def from_model(cls, model, vars) -> _NodeLogp:
-        point = model.initial_point()
-        try:
-            payload = cloudpickle.dumps((model, [v.name for v in vars], point))
-        except Exception as err:
-            raise TypeError(
-                f"SparseGridHMC: the model does not pickle ({type(err).__name__}: {err}), so "
-                "its logp cannot be evaluated in executor worker processes. Either evaluate "
-                "the grid in this process (executor='serial'), or make the model picklable: "
-                "keep unpicklable resources (open files, locks, solver or client handles) out "
-                "of the attributes of your Ops and create them lazily inside perform(), e.g. "
-                "in a module-level cache of each worker."
-            ) from err
-        return cls(payload)
-
-    def _logp(self):
-        cache = _WORKER_CACHE.__dict__
-        logp = cache.get(self.key)
-        if logp is None:
-            model, names, point = cloudpickle.loads(self.payload)
-            by_name = {v.name: v for v in model.value_vars}
-            functions = ModelFunctions(model, [by_name[name] for name in names], point,
-                                       use_gradient=False)
-            logp = cache[self.key] = functions.logp
-        return logp
-
-    def __call__(self, nodes: np.ndarray):
-        return _evaluate_rows(self._logp(), nodes)
-
-
-def _serial_runner(function):
-    def run(batches, rows):
-        for batch, index in zip(batches, rows):
-            yield index, function(batch)
-    return run
-
-
-def _executor_runner(executor, function):
-    """Yield (rows, results) as the chunks finish: ``submit`` where the executor has it,
-    else ``map`` (in order)."""
-    def run(batches, rows):
-        if hasattr(executor, "submit"):
-            from concurrent.futures import as_completed
-
-            futures = {executor.submit(function, batch): index for batch, index in zip(batches, rows)}
-            try:
-                for future in as_completed(futures):
-                    index = futures[future]
-                    try:
-                        yield index, future.result()
-                    except Exception as err:  # noqa: BLE001 - the whole chunk failed
-                        message = f"{type(err).__name__}: {err}"
-                        yield index, [(np.nan, message)] * len(index)
-            finally:
-                for future in futures:
-                    future.cancel()
-        else:
-            yield from zip(rows, executor.map(function, batches))
-    return run
-
-
-class _Progress:
-    """A rich progress bar over the node evaluations (or nothing)."""
-
-    def __init__(self, show: bool, total: int):
-        self.show, self.total = show, total
-
-    def __enter__(self):
-        if self.show:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-            self._bar = Progress("Grid nodes", BarColumn(), MofNCompleteColumn(),
-                                 TimeRemainingColumn())
-            self._bar.__enter__()
-            self._task = self._bar.add_task("precompute", total=self.total)
-        return self
-
-    def advance(self, n: int) -> None:
-        if self.show:
-            self._bar.advance(self._task, n)
-
-    def __exit__(self, *exc):
-        if self.show:
-            self._bar.__exit__(*exc)
-        return False
 
 
 def _load_grid(path, dim: int):

@@ -1,0 +1,70 @@
+"""The batch-evaluation layer on its own: values, retries, failures, executors.
+
+SparseGridHMC's precompute (tests/step_methods/test_sparse_grid_hmc.py) covers process
+pools, Dask, map-only executors and models that do not pickle through it.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+
+from pymc_surrogate.step_methods.batch_evaluation import INFINITE, evaluate_logp
+from pymc_surrogate.step_methods.model_functions import ModelFunctions
+
+
+class ScriptedLogp(Op):
+    """-|x|^2 / 2, except: x[0] == 1 raises on its first call, x[0] == 2 always raises,
+    x[0] == 3 is +inf, x[0] == 4 is -inf."""
+
+    calls: dict
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        return Apply(self, [x], [pt.dscalar()])
+
+    def perform(self, node, inputs, outputs):
+        (x,) = inputs
+        key = float(x[0])
+        ScriptedLogp.calls[key] = ScriptedLogp.calls.get(key, 0) + 1
+        if key == 1.0 and ScriptedLogp.calls[key] == 1 or key == 2.0:
+            raise RuntimeError("solver did not converge")
+        value = {3.0: np.inf, 4.0: -np.inf}.get(key, -0.5 * float(x @ x))
+        outputs[0][0] = np.asarray(value)
+
+
+def _functions():
+    ScriptedLogp.calls = {}
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2)
+        pm.Potential("lik", ScriptedLogp()(x))
+    value_vars = model.value_vars
+    return model, value_vars, ModelFunctions(model, value_vars, model.initial_point(),
+                                             use_gradient=False)
+
+
+@pytest.mark.parametrize("executor", ["serial", "threads"])
+def test_values_retries_and_failures(executor):
+    model, value_vars, functions = _functions()
+    points = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [4.0, 0.0], [0.5, 0.5]])
+    pool = ThreadPoolExecutor(2) if executor == "threads" else None
+    try:
+        result = evaluate_logp(points, functions, model, value_vars, progressbar=False,
+                               executor=pool if pool is not None else executor)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    expected = -0.5 * np.sum(points**2, axis=1)
+    for row in (0, 1, 5):  # row 1 failed once and was retried
+        assert result.logp[row] == pytest.approx(expected[row])
+    assert result.logp[4] == -np.inf  # outside the support: a value, not a failure
+    assert result.retried == 2  # rows 1 and 2; never the +inf row
+    assert set(result.errors) == {2, 3}
+    assert "solver did not converge" in result.errors[2]
+    assert result.errors[3] == INFINITE
+    if executor == "serial":
+        assert ScriptedLogp.calls[3.0] == 1 and ScriptedLogp.calls[2.0] == 2
