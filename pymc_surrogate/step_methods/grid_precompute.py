@@ -1,0 +1,131 @@
+"""SparseGridHMC's grid: built over the domain, its nodes evaluated through the batch
+evaluation layer (any executor), nodes outside the support filled, or loaded from a file."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.spatial
+
+from pymc_surrogate.step_methods.batch_evaluation import INFINITE, evaluate_logp
+from pymc_surrogate.step_methods.evaluator import infinite_logp_error
+from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
+
+__all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "load_grid"]
+
+
+class GridPrecomputeError(RuntimeError):
+    """Model evaluations at grid nodes failed twice; the message lists their coordinates."""
+
+
+class GridPrecompute:
+    """Mixin of ``SparseGridHMC``: the grid and its precomputed values."""
+
+    def _build_grid(self, bounds, mean, cov) -> tuple[object, dict]:
+        """The domain, its grid's nodes evaluated, the grid fitted; and what it cost."""
+        started = time.perf_counter()
+        domain, transform, laplace_evals = self._domain(bounds, mean, cov)
+        grid = self._make_grid(transform)
+        try:
+            nodes = grid.design(domain)
+        except ValueError as err:
+            raise ValueError(
+                f"SparseGridHMC: {err} In d = {self.dim} a grid that resolves the "
+                "posterior may need more evaluations than are affordable: lower `level`, "
+                "raise `max_nodes`, or use SurrogateHMC / AdaptiveSurrogateHMC, whose "
+                "cost does not grow with a grid."
+            ) from err
+        potentials, retried = self._precompute(nodes)
+        potentials, outside_support = fill_outside_support(potentials, nodes)
+        grid.fit(nodes, potentials)
+        return grid, {"nodes": int(nodes.shape[0]), "laplace_evals": laplace_evals,
+                      "model_evals": int(nodes.shape[0]) + retried + laplace_evals,
+                      "seconds": time.perf_counter() - started, "retried": retried,
+                      "outside_support": outside_support}
+
+    def _make_grid(self, transform):
+        kind = self.kind
+        if kind == "auto":
+            kind = "naive" if self.dim <= 2 else "smolyak"
+        if kind == "naive":
+            return NaiveGrid(points_per_dim=self.level, max_nodes=self.max_nodes, transform=transform)
+        return SmolyakGrid(level=self.level, max_nodes=self.max_nodes, transform=transform)
+
+    def _precompute(self, nodes: np.ndarray) -> tuple[np.ndarray, int]:
+        """``U`` at every node, through the executor; each failed node retried once."""
+        n = nodes.shape[0]
+        batch = evaluate_logp(nodes, self.functions, self._model, self.vars,
+                              executor=self.executor, max_workers=self.max_workers,
+                              progressbar=self.progressbar, label="Grid nodes",
+                              owner=type(self).__name__)
+        infinite = [i for i in sorted(batch.errors) if batch.errors[i] == INFINITE]
+        if infinite:
+            raise infinite_logp_error(
+                type(self).__name__, self.evaluator.describe(nodes[infinite[0]]),
+                f"grid node {infinite[0]} of {n}, and {len(infinite) - 1} more, in the "
+                "precompute",
+            )
+        if batch.errors:
+            shown = sorted(batch.errors)[:5]
+            lines = "\n".join(
+                f"  node {i}: {self.evaluator.describe(nodes[i])}: {batch.errors[i]}" for i in shown
+            )
+            raise GridPrecomputeError(
+                f"SparseGridHMC: the model's logp failed at {len(batch.errors)} of {n} grid "
+                f"nodes, twice each (the first {len(shown)} shown, in the sampler's "
+                f"unconstrained space):\n{lines}\nFix the model there, or shrink the domain "
+                "(bounds=, mean=/cov=, or a smaller k) to where its logp is finite."
+            )
+        return -batch.logp, batch.retried
+
+
+def fill_outside_support(potentials: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Nodes where the logp is -inf or NaN lie outside the posterior's support (a
+    truncation, a constraint): they get the potential continued from the support, so the
+    interpolant runs smoothly past the edge and the true-logp correction rejects what
+    lands beyond it.
+
+    The continuation is a least-squares quadratic of the finite nodes, never below the
+    nearest finite node's value (no well past the edge). A wall there instead (the
+    largest finite potential plus the range) made the interpolant ramp up inside the last
+    cell of the support, whose true mass the inner chain then hardly proposed: a normal
+    truncated at 1 had its mean 0.02 low at four seeds (2.5 MCSE each, 15000 draws).
+    """
+    support = np.isfinite(potentials)
+    if support.all():
+        return potentials, 0
+    if not support.any():
+        raise GridPrecomputeError(
+            f"SparseGridHMC: the model's logp is -inf or NaN at all {nodes.shape[0]} grid "
+            "nodes: the domain misses the posterior. Give it yourself (bounds=, or mean= and "
+            "cov=) where the logp is finite."
+        )
+    centre, scale = nodes.mean(axis=0), nodes.std(axis=0)
+    z = (nodes - centre) / np.where(scale > 0, scale, 1.0)
+    features = _quadratic_features(z)
+    coef = np.linalg.lstsq(features[support], potentials[support], rcond=None)[0]
+    nearest = scipy.spatial.cKDTree(z[support]).query(z[~support])[1]
+    filled = potentials.copy()
+    filled[~support] = np.maximum(features[~support] @ coef, potentials[support][nearest])
+    return filled, int((~support).sum())
+
+
+def _quadratic_features(z: np.ndarray) -> np.ndarray:
+    """1, z_i and z_i z_j (i <= j) for each row."""
+    rows, cols = np.triu_indices(z.shape[1])
+    return np.column_stack([np.ones(len(z)), z, z[:, rows] * z[:, cols]])
+
+
+def load_grid(path, dim: int):
+    with np.load(path, allow_pickle=False) as data:
+        kind = str(data["kind"])
+    classes = {"SmolyakGrid": SmolyakGrid, "NaiveGrid": NaiveGrid}
+    if kind not in classes:
+        raise ValueError(f"{path} holds a {kind!r}, not a SmolyakGrid or NaiveGrid.")
+    grid = classes[kind].load(path)
+    if grid.n_features_in_ != dim:
+        raise ValueError(
+            f"the grid in {path} has d = {grid.n_features_in_}; this step samples d = {dim}."
+        )
+    return grid
