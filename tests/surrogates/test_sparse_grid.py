@@ -17,7 +17,8 @@ check the rates with margins):
 import numpy as np
 import pytest
 
-import pymc_surrogate.surrogates.sparse_grid as sparse_grid
+import pymc_surrogate.surrogates.grid_base as grid_base
+import pymc_surrogate.surrogates.smolyak_grid as smolyak_grid
 from pymc_surrogate.surrogates.base import DesignedSurrogate, Domain
 from pymc_surrogate.surrogates.sparse_grid import (
     BoxTransform,
@@ -255,12 +256,12 @@ def test_chunks_and_the_sparse_node_map_change_nothing(monkeypatch):
     grid = fitted(SmolyakGrid(4), gaussian4, box(4))
     points = np.random.default_rng(4).uniform(-3, 3, (50, 4))
     expected = grid.value_and_grad_many(points)
-    monkeypatch.setattr(sparse_grid, "_CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(grid_base, "_CHUNK_ELEMENTS", 1000)
     chunked = grid.value_and_grad_many(points)
     np.testing.assert_array_equal(chunked[0], expected[0])
     np.testing.assert_array_equal(chunked[1], expected[1])
     # The stride matrix is sparse in high dimension: same nodes, same interpolant.
-    monkeypatch.setattr(sparse_grid, "_DENSE_NODE_MAP", 0)
+    monkeypatch.setattr(smolyak_grid, "_DENSE_NODE_MAP", 0)
     sparse = fitted(SmolyakGrid(4), gaussian4, box(4))
     assert not isinstance(sparse._node_map, np.ndarray)
     for a, b in zip(sparse.value_and_grad_many(points), expected):
