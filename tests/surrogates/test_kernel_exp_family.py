@@ -145,7 +145,7 @@ def test_cross_validation_is_not_fooled_by_twins_of_training_points():
     training point rewards the narrowest kernel without bound. Merged before the
     cross-validation, the choice is that of the data without twins (measured: median /
     8 with twins left in; 2-4 median distances either way once merged)."""
-    import pymc_surrogate.surrogates.kernel_exp_family as kef
+    import pymc_surrogate.surrogates.kernel_tools as kef
 
     rng = np.random.default_rng(11)
     positions = gaussian_draws(rng, 200)
@@ -160,9 +160,10 @@ def test_cross_validation_is_not_fooled_by_twins_of_training_points():
 
 def test_twins_decide_the_bandwidth_without_the_merge(monkeypatch):
     """The test above has power: with the merge off the same data pick median / 8."""
-    import pymc_surrogate.surrogates.kernel_exp_family as kef
+    import pymc_surrogate.surrogates.kernel_lite as kernel_lite
+    import pymc_surrogate.surrogates.kernel_tools as kef
 
-    monkeypatch.setattr(kef, "NEAR_DUPLICATE", 0.0)
+    monkeypatch.setattr(kernel_lite, "NEAR_DUPLICATE", 0.0)
     rng = np.random.default_rng(11)
     positions = gaussian_draws(rng, 200)
     twins = rng.choice(100, 30, replace=False)
