@@ -29,7 +29,8 @@ def pytest_collection_modifyitems(items):
     # ``experimental`` marker: a named, documented defect, not a silent skip. A key is an
     # entry id ("KernelHMC") or several parts of a case id joined by "-"
     # ("KernelHMC-flat_box-gradient"); it matches a case whose id holds every part.
-    # A test's ``ci_entries`` (entry ids) is its short form: other entries carry ``slow``.
+    # A test's ``ci_entries`` is its short form: keys as ``known_defects``' (an entry id, or
+    # parts of a case id joined by "-"); cases no key matches carry ``slow``.
     for item in items:
         function = getattr(item, "function", None)
         callspec = getattr(item, "callspec", None)
@@ -40,8 +41,40 @@ def pytest_collection_modifyitems(items):
         if any(set(key.split("-")) <= parts for key in defects):
             item.add_marker(pytest.mark.experimental)
         short_form = getattr(function, "ci_entries", None)
-        if short_form is not None and not parts & set(short_form):
+        if short_form is not None and not any(set(key.split("-")) <= parts for key in short_form):
             item.add_marker(pytest.mark.slow)
+    _rotate_ci_entries(items)
+
+
+def _entry_id(item) -> str | None:
+    params = item.callspec.params
+    entry = params.get("step", params.get("exact_step"))
+    return None if entry is None else entry.id
+
+
+def _rotate_ci_entries(items) -> None:
+    """A test's ``ci_rotation = k`` is its short form over the step methods: each of its
+    cases (the other parameters) runs in CI for ``k`` entries, the next ``k`` in registry
+    order after the previous case's, so that across the cases every entry still runs in
+    CI (when cases x k >= entries); the other entries carry ``slow``. Cases already
+    ``slow`` or ``experimental`` are neither chosen nor counted."""
+    groups: dict = {}
+    for item in items:
+        function = getattr(item, "function", None)
+        k = getattr(function, "ci_rotation", None)
+        if k is None or getattr(item, "callspec", None) is None or _entry_id(item) is None:
+            continue
+        if item.get_closest_marker("slow") or item.get_closest_marker("experimental"):
+            continue
+        case = item.callspec.id.replace(_entry_id(item), "", 1)
+        groups.setdefault(function, {}).setdefault(case, []).append(item)
+    for function, cases in groups.items():
+        for offset, members in enumerate(cases.values()):
+            k = min(function.ci_rotation, len(members))
+            chosen = {(offset * k + j) % len(members) for j in range(k)}
+            for index, item in enumerate(members):
+                if index not in chosen:
+                    item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

@@ -51,6 +51,9 @@ def test_correlated_gaussian(exact_step, dim, condition, tune):
     assert_gaussian(idata, "x", mean, cov)
 
 
+test_correlated_gaussian.ci_rotation = 3  # CI: 3 entries a case, every entry in one
+
+
 @pytest.mark.parametrize(
     "dim,tune",
     [(3, 600), pytest.param(10, 1500, marks=pytest.mark.slow)],
@@ -134,6 +137,9 @@ test_banana_against_quadrature.known_defects = {
     # (benchmarks/results/banana_coverage_baseline.md). `pytest -m experimental` runs it.
     "KernelHMC": "its surrogate does not cover the banana's arms (docs/design.md, Coverage)",
 }
+# CI: the five step methods; the two SurrogateHMC variants under -m slow (110 s).
+test_banana_against_quadrature.ci_entries = {
+    "SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "KernelHMC", "SparseGridHMC"}
 
 
 # ------------------------------------------------------------------ heavy tails

@@ -97,6 +97,7 @@ test_bad_region_is_rejected.known_defects = {
     "KernelHMC-nan-black_box": "x[1]'s sd 3.9 MCSE low at the suite's seed on PyMC 5",
     "KernelHMC--inf-black_box": "the same draws as the nan case",
 }
+test_bad_region_is_rejected.ci_rotation = 2  # CI: 2 entries a region and gradient source
 
 
 # -------------------------------------------------------------- Ops that raise
@@ -266,6 +267,9 @@ def test_degenerate_data_never_yields_nan(step, case, black_box):
     assert_healthy(idata)
 
 
+test_degenerate_data_never_yields_nan.ci_rotation = 1  # CI: one entry a case (539 -> ~110 s)
+
+
 @pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
 @pytest.mark.parametrize("case", CASES)
 def test_degenerate_data_right(step, case, black_box):
@@ -293,6 +297,7 @@ test_degenerate_data_right.known_defects = {
     "KernelHMC-flat_box-gradient": "a surrogate learnt from the chain's states keeps the "
                                    "corner its exploration saw (docs/reliability.md, Known bugs)",
 }
+test_degenerate_data_right.ci_rotation = 1  # CI: one entry a case and gradient source
 
 
 def test_rough_potential_stays_exact(step):

@@ -37,6 +37,9 @@ def test_one_and_two_processes_recover_the_posterior(step, cores):
     assert not np.allclose(post[0], post[1]), "the two chains share a random stream"
 
 
+test_one_and_two_processes_recover_the_posterior.ci_rotation = 3
+
+
 def test_sequential_chains_start_from_scratch(step):
     # cores=1 reuses one step object for every chain: chain 2 must not inherit chain 1's
     # training data, surrogate or counters.
@@ -268,6 +271,9 @@ def test_two_blocks_with_the_same_step_class(step):
     assert_moments(idata, "y", 0.0, np.sqrt(cov[2, 2]), family_alpha=5e-4)
 
 
+test_two_blocks_with_the_same_step_class.ci_entries = {"SurrogateHMC", "KernelHMC", "SparseGridHMC"}
+
+
 @pytest.mark.parametrize("other", ["NUTS", "Slice", "Metropolis"])
 def test_block_next_to_pymc_samplers(step, other):
     # step([x]) with another PyMC sampler on y, explicitly or (NUTS) assigned by pm.sample.
@@ -283,6 +289,9 @@ def test_block_next_to_pymc_samplers(step, other):
 
 
 # ------------------------------------------------- vector, scalar, bounded variables
+test_block_next_to_pymc_samplers.ci_rotation = 2  # CI: 2 entries next to each PyMC sampler
+
+
 def test_several_vector_scalar_and_bounded_variables(step):
     """Independent priors with known moments; every bounded one sampled through its
     PyMC transform (log, logodds), the Student-t with heavy tails."""
@@ -311,3 +320,7 @@ def test_several_vector_scalar_and_bounded_variables(step):
     assert_healthy(idata)
     for name, (mean, sd) in expected.items():
         assert_moments(idata, name, mean, sd, family_alpha=1e-3 / len(expected))
+
+
+test_several_vector_scalar_and_bounded_variables.ci_entries = {
+    "SurrogateHMC", "AdaptiveSurrogateHMC", "KernelHMC"}

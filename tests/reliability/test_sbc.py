@@ -52,6 +52,13 @@ def test_sbc_short(exact_step, black_box, model, results_dir):
     _check(result, results_dir, "short")
 
 
+# CI's short form: each step method's black box (the package's main use); the gradient
+# models and the SurrogateHMC variants under -m slow (1195 s a generation before, 356 after).
+test_sbc_short.ci_entries = {f"{name}-black_box" for name in
+                             ("SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC",
+                              "KernelHMC", "SparseGridHMC")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("black_box", [False, True], ids=["gradient", "black_box"])
 def test_sbc_thorough(exact_step, black_box, results_dir):
