@@ -51,7 +51,7 @@ def test_correlated_gaussian(exact_step, dim, condition, tune):
     assert_gaussian(idata, "x", mean, cov)
 
 
-test_correlated_gaussian.ci_rotation = 3  # CI: 3 entries a case, every entry in one
+test_correlated_gaussian.ci_rotation = 2  # CI: 2 entries a case
 
 
 @pytest.mark.parametrize(
@@ -137,9 +137,9 @@ test_banana_against_quadrature.known_defects = {
     # (benchmarks/results/banana_coverage_baseline.md). `pytest -m experimental` runs it.
     "KernelHMC": "its surrogate does not cover the banana's arms (docs/design.md, Coverage)",
 }
-# CI: the five step methods; the two SurrogateHMC variants under -m slow (110 s).
-test_banana_against_quadrature.ci_entries = {
-    "SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "KernelHMC", "SparseGridHMC"}
+# CI: SurrogateHMC and SparseGridHMC (the curved posterior's two failure modes: a fit that
+# rises too fast, a box); the others under -m slow (45-60 s each on PyMC 6).
+test_banana_against_quadrature.ci_entries = {"SurrogateHMC", "SparseGridHMC"}
 
 
 # ------------------------------------------------------------------ heavy tails

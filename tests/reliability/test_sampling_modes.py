@@ -254,6 +254,9 @@ def _joint_gaussian():
     return model, cov
 
 
+test_compound_step_with_a_discrete_gibbs_step.ci_entries = {"SurrogateHMC", "KernelHMC", "SparseGridHMC"}
+
+
 def test_two_blocks_with_the_same_step_class(step):
     model, cov = _joint_gaussian()
     with model, warnings.catch_warnings(record=True) as caught:
