@@ -13,7 +13,7 @@ from pymc.blocking import DictToArrayBijection
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.model_functions import ModelEvaluationError
 from pymc_surrogate.surrogates.base import Domain
-from pymc_surrogate.surrogates.sparse_grid import principal_box
+from pymc_surrogate.surrogates.box import check_domain, principal_box
 
 __all__ = ["DOMAIN_SEED", "GridDomain"]
 
@@ -35,15 +35,7 @@ class GridDomain:
                     f"bounds must be (lower, upper), each a number or {self.dim} numbers; "
                     f"got {bounds!r}."
                 ) from err
-            if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
-                raise ValueError("bounds must be finite.")
-            if np.any(upper <= lower):
-                j = int(np.argmax(upper <= lower))
-                raise ValueError(
-                    f"bounds must have upper > lower in every dimension (a domain of zero "
-                    f"width has no grid); dimension {j} has [{lower[j]}, {upper[j]}]."
-                )
-            return Domain(lower.copy(), upper.copy()), None, 0
+            return Domain(*check_domain(Domain(lower.copy(), upper.copy()))), None, 0
         evals = 0
         if mean is None:
             mean, cov, evals = self._seeded(self._laplace)

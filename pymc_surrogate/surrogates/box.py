@@ -9,7 +9,7 @@ import numpy as np
 
 from pymc_surrogate.surrogates.base import Domain
 
-__all__ = ["BoxTransform", "principal_box"]
+__all__ = ["BoxTransform", "check_domain", "principal_box"]
 
 # Positions within this fraction of the box width of a face count as inside: nodes on a
 # face must stay inside after the round trip through a rotation.
@@ -101,7 +101,9 @@ def principal_box(
     return Domain(np.full(d, -float(k)), np.full(d, float(k))), BoxTransform(mean, axes)
 
 
-def _check_domain(domain: Domain) -> tuple[np.ndarray, np.ndarray]:
+def check_domain(domain: Domain) -> tuple[np.ndarray, np.ndarray]:
+    """``(lower, upper)`` as 1-d float arrays; ``ValueError`` naming what is wrong if the box
+    is not finite or has no width in some dimension."""
     try:
         lower, upper = domain
     except (TypeError, ValueError):
@@ -118,7 +120,8 @@ def _check_domain(domain: Domain) -> tuple[np.ndarray, np.ndarray]:
     if np.any(upper <= lower):
         k = int(np.argmax(upper <= lower))
         raise ValueError(
-            f"domain upper must exceed lower in every dimension; dimension {k} has "
+            f"domain upper must exceed lower in every dimension (a domain of zero width has "
+            f"no grid); dimension {k} has "
             f"[{lower[k]}, {upper[k]}]."
         )
     return lower, upper

@@ -7,7 +7,7 @@ from os import PathLike
 import numpy as np
 
 from pymc_surrogate.surrogates.base import Domain
-from pymc_surrogate.surrogates.box import _FACE_TOLERANCE, BoxTransform, _check_domain
+from pymc_surrogate.surrogates.box import _FACE_TOLERANCE, BoxTransform, check_domain
 
 __all__ = ["_BoxGrid"]
 
@@ -41,7 +41,7 @@ class _BoxGrid:
         ``domain`` is in box coordinates when the grid has a ``transform``. ``fit`` needs the
         potentials at exactly these nodes, in this order.
         """
-        lower, upper = _check_domain(domain)
+        lower, upper = check_domain(domain)
         d = lower.shape[0]
         if self.transform is not None and self.transform.dim != d:
             raise ValueError(
