@@ -13,6 +13,9 @@ check that the synthetic picture holds. Prints one markdown row per (check, samp
     python -m tests.reliability.power_table sbc_bounded    # SBC on the bounded model: exact
                                                            # draws, and SurrogateHMC with and
                                                            # without correction, about 1 hour
+    python -m tests.reliability.power_table sbc_hierarchical  # SBC on the hierarchical model:
+                                                           # exact draws, short and thorough
+                                                           # forms, about 15 minutes
 
 The table in docs/reliability.md ("Power of the checks") comes from these commands.
 """
@@ -258,8 +261,27 @@ def sbc_bounded(seeds=range(1, 6), replications=(20, 40), exact_n=3000) -> None:
                 f"(min p {', '.join(ps)})", time.perf_counter() - start)
 
 
+def sbc_hierarchical(n_short=500, n_thorough=100) -> None:
+    """SBC on the hierarchical model (``sbc_hierarchical.py``) with exact posterior draws,
+    shrunk about the posterior mean by 1 (correct), 0.9, 0.85 and 0.5: the false-alarm
+    rate and power of the short form (40 replications, L = 19, 5 bins) and the thorough
+    form (1000 replications, L = 99, 20 bins)."""
+    from tests.reliability.sbc_hierarchical import HIERARCHICAL
+
+    forms = [("SBC short, hierarchical", 40, 19, 5, n_short),
+             ("SBC thorough, hierarchical", 1000, 99, 20, n_thorough)]
+    for check, reps, n_ranks, n_bins, n in forms:
+        for scale, name in [(1.0, "correct"), (0.9, "sd 10% too small"),
+                            (0.85, "sd 15% too small"), (0.5, "sd halved")]:
+            f, s = _rate(lambda r: exact_sbc_ranks(reps, n_ranks, r, scale=scale,
+                                                   model=HIERARCHICAL),
+                         lambda ranks: not sbc_flags(ranks, n_ranks, n_bins), n, 13)
+            row(check, name, f, n, f"{reps} reps, L={n_ranks}, {n_bins} bins, exact draws", s)
+
+
 if __name__ == "__main__":
     print(f"family false-alarm rate of each check: {FAMILY_ALPHA} (SBC: {ALPHA})")
     print("| check | sampler | flagged | setting | time |\n|---|---|---|---|---|")
     {"synthetic": synthetic, "real": real, "no_correction": no_correction,
-     "heavy_tails": heavy_tails, "sbc_bounded": sbc_bounded}[sys.argv[1]]()
+     "heavy_tails": heavy_tails, "sbc_bounded": sbc_bounded,
+     "sbc_hierarchical": sbc_hierarchical}[sys.argv[1]]()
