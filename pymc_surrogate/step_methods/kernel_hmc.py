@@ -101,7 +101,8 @@ class KernelHMC(KernelFit, SurrogateStep):
         draws random numbers: importance sampling, particle filters, ABC). The current
         state's estimate is then never recomputed (it is not, either, by default: see
         Notes); the ``"auto"`` tail-jump check, which would judge tails on noisy values,
-        is off; and ``use_gradient=True`` is refused.
+        is off; the exploration's DE-MCz scale is fixed at 1 and no chain is judged stuck
+        by its acceptance, which the noise caps; and ``use_gradient=True`` is refused.
     correction, n_inner
         As ``SurrogateHMC``: ``"surrogate_transition"`` (default; the surrogate's level
         cancels in it) or ``"hamiltonian"`` (the paper's: one trajectory accepted with the

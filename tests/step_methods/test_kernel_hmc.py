@@ -159,6 +159,35 @@ def test_pseudo_marginal_posterior_is_exact_where_metropolis_is_not():
     assert z_metropolis[1] < -3, z_metropolis
 
 
+@pytest.mark.slow
+def test_pseudo_marginal_at_the_noise_of_two_importance_samples(caplog):
+    """K = 2 importance samples per group (data seed 7: var log L^ = 1.58 at the posterior
+    mean, 0.09-12.7 across it), 2 x (1000 + 8000) at seeds 0-4: right (means within 4
+    MCSE, sds within 4 standard errors plus 5%, R-hat <= 1.01) at 4 of 5, and a seed that
+    is not right is loud. Measured with the rule before (DE-MCz's scale dual-averaged toward
+    acceptance 0.3, which the noise alone caps at 0.38, and the stall fallback on): not
+    right at seeds 0-2 (R-hat 1.012, 1.49, 1.43; log tau z 9.6 at seed 2). Now seed 4 has
+    a chain that ended tuning on 4 distinct states and stayed on one point (R-hat 2.2,
+    warned): the known failure this test tolerates, one of five (issue 34)."""
+    import arviz as az
+
+    right, loud = 0, 0
+    for seed in range(5):
+        model, info = make_random_effects(n_groups=10, n_importance=2, seed=7,
+                                          op_seed=1000 + seed)
+        caplog.clear()
+        with model, caplog.at_level(logging.WARNING, logger="pymc"):
+            idata = pm.sample(draws=8000, tune=1000, chains=2, random_seed=seed,
+                              step=KernelHMC(pseudo_marginal=True), **SAMPLE)
+        z, sd_ratio, ess = _pm_errors(idata, info)
+        ok = (np.all(np.abs(z) < 4)
+              and np.all(np.abs(sd_ratio - 1) < 4 * np.sqrt(1 / (2 * ess)) + 0.05)
+              and float(az.rhat(idata, var_names=["theta"])["theta"].max()) <= 1.01)
+        right += ok
+        loud += not ok and any(r.getMessage().startswith("KernelHMC") for r in caplog.records)
+    assert right >= 4 and right + loud == 5, (right, loud)
+
+
 def test_pseudo_marginal_in_a_compound_step_warns():
     with pm.Model():
         a = pm.Normal("a")
