@@ -74,9 +74,17 @@ def test_gradient_detection():
 
 
 def test_smoke_run_writes_table_with_counts(tmp_path, blackbox_registered):
+    # PyMC's samplers on all three models; the package's five on the banana only (the
+    # five on the gp and black-box models cost 80 s of CI on PyMC 6 and asserted nothing).
     registry, _ = load_step_registry()
-    samplers = ["NUTS", "Slice", *registry]
+    samplers = ["NUTS", "Slice"]
     settings = {**SMOKE, "draws": 60, "tune": 60, "ref_draws": 300, "ref_tune": 200}
+    ours = run_benchmark(["banana"], list(registry), out_dir=tmp_path / "results",
+                         cache_dir=tmp_path / "cache", tag="smoke_registry", verbose=False,
+                         **settings)
+    assert sorted(ours.sampler) == sorted(registry)
+    for row in ours.itertuples():
+        assert row.status == "ok" and row.n_logp > 0 and row.min_ess_bulk > 0, row.note
     frame = run_benchmark(
         ["banana", "gp", blackbox_registered],
         samplers,
@@ -100,11 +108,9 @@ def test_smoke_run_writes_table_with_counts(tmp_path, blackbox_registered):
         assert column in header
     assert "cores=1" in md.read_text()
 
-    # One row per model x sampler, registry samplers included.
+    # One row per model x sampler.
     assert len(frame) == 3 * len(samplers)
     rows = {(r.model, r.sampler): r for r in frame.itertuples()}
-    for name in registry:
-        assert ("banana", name) in rows
 
     # PyMC's samplers ran on the models with gradients, and the counter saw them.
     for model in ("banana", "gp"):
