@@ -119,7 +119,7 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
             training=TrainingSet(self.dim, self.context.dim),
             metric=metric,
             step_adapt=self._step_size_adaptation(initial_step),
-            explore_adapt=DualAverageAdaptation(1.0, 0.3, 0.05, 0.75, 10),
+            explore_adapt=DualAverageAdaptation(1.0, self._explore_target(), 0.05, 0.75, 10),
             explore=ExploreState(recent_moves=deque(maxlen=self.tuning.stuck_window)),
             fits=FitSchedule(recent_corrections=deque(maxlen=self.tuning.inner_window)),
         )

@@ -90,6 +90,15 @@ class Exploration:
             isotropic_share=0.0 if chain.explore.probe is not None else 1.0 / 3.0,
         )
 
+    def _explore_target(self) -> float:
+        """The acceptance DE-MCz's scale is dual-averaged toward: 0.3, or 0.07 with a noisy
+        logp, the optimum of a pseudo-marginal random walk (Sherlock, Thiery, Roberts &
+        Rosenthal 2015, Ann. Statist. 43: acceptance about 0.07 at var log L^ about 3.3).
+        At var log L^ 1.58 the noise alone accepted a move of size zero 38% of the
+        time, so 0.3 drove the scale to its 0.01 floor, the tuning states to a sliver
+        (sd 0.01 against 0.4-0.7) and the chain's fit with them (R-hat up to 1.23)."""
+        return 0.07 if self.pseudo_marginal else 0.3
+
     def _explore_scale(self, chain: ChainState) -> float:
         """DE-MCz's scale factor: dual averaging's, or 1 (DE-MCz's optimum for a Gaussian)
         in draws after fewer than ``MIN_SCALE_UPDATES`` tuning updates.
@@ -98,14 +107,7 @@ class Exploration:
         ``mu = log(10 x initial)``); a random walk's factor never needs to leave [0.01, 3].
         Its average after three tuning iterations was 2.67: on N(0, I), d = 20, with
         ``tune=3``, every one of 300 fallback draws was rejected (a constant chain).
-
-        Pseudo-marginal: always 1. The noise alone rejects moves of any size (a move of
-        size zero was accepted 38% of the time at var log L^ about 1.5), so dual averaging
-        toward 0.3 drove the scale to its floor, the tuning states to a sliver (sd 0.01
-        against 0.4-0.7) and the chain's fit with them (R-hat up to 1.23).
         """
-        if self.pseudo_marginal:
-            return 1.0
         tuning = self.tune and not chain.frozen
         if not tuning and chain.explore.adapted < MIN_SCALE_UPDATES:
             return 1.0

@@ -36,6 +36,14 @@ ESS_CHECK_DRAWS = 400
 #: ... and the bulk ESS (of its logp or any coordinate) below which its estimates are unreliable (an
 #: MCSE needs about 100 over all chains: Vehtari et al. 2021; a quarter of that per chain).
 MIN_CHAIN_ESS = 25.0
+#: A pseudo-marginal chain (a noisy likelihood estimate kept at the current state) sticks
+#: where its estimate is high by chance, so it is judged later: at var log L^ about 1.6,
+#: near the noise that is optimal (Doucet, Pitt, Deligiannidis & Kohn 2015), correct
+#: chains had rejection runs of 90-190 draws and a bulk ESS of 0.04-0.07 a draw (K = 2
+#: random effects, 5 seeds of 2 x 8000, all right), which the limits above flagged in
+#: every run; a chain that moved for none of its 8000 draws had both.
+PSEUDO_MARGINAL_STUCK_DRAWS = 1000
+PSEUDO_MARGINAL_ESS_CHECK_DRAWS = 800  # a checkpoint: draws 100, 200, 400, 800, ...
 
 
 class ChainHealth:
@@ -63,10 +71,11 @@ class ChainHealth:
         if surrogate:
             record.surrogate_draws += 1
             record.surrogate_acceptance += info.accept_prob
-        if record.rejected_in_a_row == STUCK_DRAWS:
+        stuck_draws = PSEUDO_MARGINAL_STUCK_DRAWS if self.pseudo_marginal else STUCK_DRAWS
+        if record.rejected_in_a_row == stuck_draws:
             self._tell(
                 chain, "stuck",
-                f"{self._chain_name()} has rejected its last {STUCK_DRAWS} draws in a row (stuck "
+                f"{self._chain_name()} has rejected its last {stuck_draws} draws in a row (stuck "
                 f"at a point with model logp {-info.point.potential:.6g}); its draws are no "
                 "usable posterior sample. Increase `tune`, or sample this model with "
                 f"{self._other_samplers()}.",
@@ -94,11 +103,15 @@ class ChainHealth:
                     "mix slowly; check R-hat and ESS. Increase `tune` for more training "
                     f"data, or sample this model with {self._other_samplers()}.",
                 )
-        if record.draws >= ESS_CHECK_DRAWS:
+        if record.draws >= (PSEUDO_MARGINAL_ESS_CHECK_DRAWS if self.pseudo_marginal
+                            else ESS_CHECK_DRAWS):
             # the logp and every coordinate: a chain can move along a narrow direction
             # (the logp varies) while a wide one stays frozen (a regression on an
             # uncentred covariate: sd 0.01 of the reference, nothing said)
-            traces = np.column_stack([record.potentials, np.array(record.positions)])
+            # (not the logp of a pseudo-marginal chain: it is the kept noisy estimate, whose
+            # trace sticks longer than the state's)
+            traces = np.array(record.positions) if self.pseudo_marginal else (
+                np.column_stack([record.potentials, np.array(record.positions)]))
             ess = min(bulk_ess(trace) for trace in traces.T)
             if ess < MIN_CHAIN_ESS:
                 self._tell(

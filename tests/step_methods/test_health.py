@@ -75,3 +75,26 @@ def test_healthy_run_is_quiet(caplog):
         pm.sample(step=SurrogateHMC(), cores=1, **{**RUN, "draws": 500})  # past the ESS check
     assert not [m for m in _messages(caplog) if "SurrogateHMC" in m]
 
+
+
+class NeverMovesNoisy(NeverMoves):
+    """``NeverMoves`` judged as a pseudo-marginal chain (a noisy likelihood estimate)."""
+
+    pseudo_marginal = True
+
+
+def test_a_pseudo_marginal_chain_is_judged_on_its_own_scale(caplog):
+    """Correct pseudo-marginal chains reject 90-190 draws in a row at the optimal noise
+    (docs/design.md, KernelHMC): 250 rejections are not called stuck, 1000 are, and the
+    chain's ESS is judged at 800 draws (a chain that never moves has none)."""
+    run = {**RUN, "chains": 1}
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.sample(step=NeverMovesNoisy(tail_jumps=0), cores=1, **run)
+    assert not [m for m in _messages(caplog) if "in a row" in m or "effective sample" in m]
+    caplog.clear()
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.sample(step=NeverMovesNoisy(tail_jumps=0), cores=1, **{**run, "draws": 1050})
+    assert len([m for m in _messages(caplog) if "rejected its last 1000 draws" in m]) == 1
+    assert len([m for m in _messages(caplog) if "effective sample size of" in m]) == 1
