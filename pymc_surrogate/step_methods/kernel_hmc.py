@@ -101,8 +101,10 @@ class KernelHMC(KernelFit, SurrogateStep):
         draws random numbers: importance sampling, particle filters, ABC). The current
         state's estimate is then never recomputed (it is not, either, by default: see
         Notes); the ``"auto"`` tail-jump check, which would judge tails on noisy values,
-        is off; the exploration's DE-MCz scale is fixed at 1 and no chain is judged stuck
-        by its acceptance, which the noise caps; and ``use_gradient=True`` is refused.
+        is off; the exploration's DE-MCz scale is tuned toward acceptance 0.07 (a
+        pseudo-marginal random walk's optimum), the chain health checks allow for the
+        noise's long rejection runs, no chain falls back to exploration for them; and
+        ``use_gradient=True`` is refused.
     correction, n_inner
         As ``SurrogateHMC``: ``"surrogate_transition"`` (default; the surrogate's level
         cancels in it) or ``"hamiltonian"`` (the paper's: one trajectory accepted with the
