@@ -117,7 +117,8 @@ class KernelHMC(KernelFit, SurrogateStep):
         suite's 2-d ridge regression it stayed where it started).
     **kwargs
         ``target_accept``, ``path_length``, ``dense_mass``, ``explore_steps``,
-        ``tail_jumps``, ``max_energy_error``, ``model``, ``rng`` as ``SurrogateHMC``.
+        ``tail_jumps``, ``max_energy_error``, ``model``, ``rng``, ``initial_point``,
+        ``compile_kwargs``, ``blocked`` as ``SurrogateHMC``.
 
     Notes
     -----

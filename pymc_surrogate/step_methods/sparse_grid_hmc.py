@@ -96,7 +96,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     **kwargs
         Everything ``SurrogateHMC`` takes: ``target_accept``, ``path_length``,
         ``dense_mass``, ``explore_steps``, ``max_energy_error``, ``use_gradient``,
-        ``model``, ``rng``.
+        ``model``, ``rng``, ``initial_point``, ``compile_kwargs``, ``blocked``.
 
     Notes
     -----

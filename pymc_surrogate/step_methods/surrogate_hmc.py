@@ -42,8 +42,25 @@ class SurrogateHMC(SurrogateStep):
         Dense mass matrix for the surrogate trajectories; "auto": dense when the
         surrogate's own draws and the chain's tuning states are strongly correlated
         (their correlation matrices far worse conditioned than sampling noise makes them).
-    max_energy_error, use_gradient, model, rng
-        Divergence threshold; ``False`` treats the model as a black box.
+    max_energy_error : float
+        Energy error (nats) of a surrogate trajectory counted as a divergence.
+    use_gradient : bool or None
+        ``None`` (default): the model's gradient where it has one; ``False`` treats the
+        model as a black box (logp only).
+    model : pm.Model, optional
+        Default: the model in context.
+    rng : numpy.random.Generator or int, optional
+        ``pm.sample`` sets one per chain from its ``random_seed``.
+    initial_point : dict, optional
+        A point of the model (``model.initial_point()`` by default) that fixes the
+        variables' shapes; ``pm.sample`` passes it when it builds steps itself.
+    compile_kwargs : dict, optional
+        Passed to PyTensor when the model's logp (and gradient) are compiled, e.g.
+        ``{"mode": "CVM"}`` for a black-box Op that PyTensor 3's default Numba backend
+        would run in object mode.
+    blocked : bool, default True
+        As PyMC's step methods: ``False`` with several ``vars`` makes one step (and one
+        surrogate) per variable, combined in a ``CompoundStep``.
 
     Notes
     -----
