@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytensor
-import pytensor.tensor as pt
 from pytensor.gradient import NullTypeGradError
 
 from pymc.pytensorf import compile as compile_pymc
