@@ -66,6 +66,11 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
     stats_dtypes_shapes = _stats.STATS
     policy = TrainingPolicy()
     tuning = TUNING
+    #: The logp is a noisy, unbiased likelihood estimate kept at the current state
+    #: (``KernelHMC(pseudo_marginal=True)``): its noise, not a move's size, caps the
+    #: acceptance, which the exploration (``exploration.py``) and the chain health checks
+    #: (``health.py``) then allow for.
+    pseudo_marginal = False
 
     def __init__(
         self, vars=None, *, target_accept: float = 0.8, path_length: float = 2.8,

@@ -31,11 +31,6 @@ MIN_SCALE_UPDATES = 50
 class Exploration:
     """Mixin of ``SurrogateStep``: the exploration kernels and the stall fallback."""
 
-    #: The logp is a noisy, unbiased likelihood estimate kept at the current state
-    #: (``KernelHMC(pseudo_marginal=True)``). Its noise, not a move's size, then caps the
-    #: acceptance, so neither DE-MCz's scale nor the stall test is driven by acceptance.
-    pseudo_marginal: bool = False
-
     def _default_explore_steps(self) -> int:
         # Exact HMC gathers d+1 equations at every leapfrog point, so a short run gives
         # a good fit; a random walk gives one equation a step and mixes slowly.

@@ -71,7 +71,8 @@ class ChainHealth:
         if surrogate:
             record.surrogate_draws += 1
             record.surrogate_acceptance += info.accept_prob
-        stuck_draws = PSEUDO_MARGINAL_STUCK_DRAWS if self.pseudo_marginal else STUCK_DRAWS
+        stuck_draws, ess_draws = ((PSEUDO_MARGINAL_STUCK_DRAWS, PSEUDO_MARGINAL_ESS_CHECK_DRAWS)
+                                  if self.pseudo_marginal else (STUCK_DRAWS, ESS_CHECK_DRAWS))
         if record.rejected_in_a_row == stuck_draws:
             self._tell(
                 chain, "stuck",
@@ -103,8 +104,7 @@ class ChainHealth:
                     "mix slowly; check R-hat and ESS. Increase `tune` for more training "
                     f"data, or sample this model with {self._other_samplers()}.",
                 )
-        if record.draws >= (PSEUDO_MARGINAL_ESS_CHECK_DRAWS if self.pseudo_marginal
-                            else ESS_CHECK_DRAWS):
+        if record.draws >= ess_draws:
             # the logp and every coordinate: a chain can move along a narrow direction
             # (the logp varies) while a wide one stays frozen (a regression on an
             # uncentred covariate: sd 0.01 of the reference, nothing said)

@@ -16,7 +16,6 @@ import pytest
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.helpers import (
     black_box_step,
-    SAMPLE,
     assert_gaussian,
     assert_healthy,
     assert_moments,
@@ -245,6 +244,9 @@ def test_compound_step_with_a_discrete_gibbs_step(step):
         assert np.all(np.abs(est - 0.7) < 4.0 * mcse), (var, est, mcse)
 
 
+test_compound_step_with_a_discrete_gibbs_step.ci_entries = {"SurrogateHMC", "KernelHMC", "SparseGridHMC"}
+
+
 def _joint_gaussian():
     """(x1, x2, y) jointly Gaussian, written as x ~ N(0, I_2), y | x ~ N(x1 - 0.5 x2, 1)."""
     cov = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, -0.5], [1.0, -0.5, 2.25]])
@@ -252,9 +254,6 @@ def _joint_gaussian():
         x = pm.Normal("x", 0.0, 1.0, shape=2)
         pm.Normal("y", x[0] - 0.5 * x[1], 1.0)
     return model, cov
-
-
-test_compound_step_with_a_discrete_gibbs_step.ci_entries = {"SurrogateHMC", "KernelHMC", "SparseGridHMC"}
 
 
 def test_two_blocks_with_the_same_step_class(step):
