@@ -43,14 +43,17 @@ class Whitening:
     @classmethod
     def from_samples(cls, samples: np.ndarray, dense: bool = False,
                      frame: Whitening | None = None) -> Whitening:
-        """Estimate the whitening from draws, regularised toward the identity.
+        """Estimate the whitening from draws, regularised in the draws' own scale.
 
-        The shrinkage ``n/(n+5) * S + 1e-3 * 5/(n+5) * I`` is Stan's windowed-adaptation
-        regulariser: harmless with many draws, and it keeps a handful of draws (or a
-        chain stuck on one value) from producing a singular scale. Its ridge is absolute:
-        with ``frame`` (a whitening known to be about right) the estimate is made in
-        ``frame``'s whitened coordinates, so the ridge is relative to that scale (a
-        ridge regression's narrowest sd, 3.5e-5, is far below 1e-3 * 5 / (n + 5)).
+        Stan's windowed-adaptation regulariser ``n/(n+5) * S + 1e-3 * 5/(n+5) * I``, made
+        scale-free: the shrinkage ``n/(n+5)`` is kept, and the ridge acts on the
+        correlation matrix instead of the covariance, as a floor on its eigenvalues. An
+        absolute ridge is a scale: it floored kilpisjarvi's 0.0075 sd at 0.005 and swamped
+        the narrow direction of a ridge regression (sds 29 and 7e-3, correlation
+        -0.99999). A floor leaves every direction the draws determine alone and keeps a
+        handful of draws, or a chain stuck on one value, from a singular scale.
+        Coordinates without spread take the geometric mean of the others' sds (unit
+        scale if none has any). ``frame``: estimate in ``frame``'s whitened coordinates.
         """
         if frame is not None:
             inner = cls.from_samples(frame.to_white(samples), dense=dense)
@@ -66,12 +69,17 @@ class Whitening:
         mean = samples.mean(axis=0)
         shrink = n / (n + 5.0)
         ridge = 1e-3 * 5.0 / (n + 5.0)
-        if dense:
-            cov = np.cov(samples, rowvar=False).reshape(dim, dim) if n > 1 else np.zeros((dim, dim))
-            cov = shrink * cov + ridge * np.eye(dim)
-            return cls(mean, _cholesky(cov))
         var = samples.var(axis=0, ddof=1) if n > 1 else np.zeros(dim)
-        return cls(mean, np.sqrt(shrink * var + ridge))
+        sd = _spread(var)
+        if n <= dim:  # too few points to give each coordinate a scale of its own
+            sd = np.full(dim, np.sqrt(np.mean(sd**2)))
+        if not dense:
+            return cls(mean, sd * np.sqrt(shrink + ridge))
+        cov = np.cov(samples, rowvar=False).reshape(dim, dim) if n > 1 else np.zeros((dim, dim))
+        corr = cov / np.outer(sd, sd)
+        vals, vecs = np.linalg.eigh(0.5 * (corr + corr.T))
+        corr = (vecs * np.maximum(shrink * vals, ridge)) @ vecs.T
+        return cls(mean, _cholesky(corr * np.outer(sd, sd)))
 
     @classmethod
     def block_diagonal(cls, first: Whitening, second: Whitening) -> Whitening:
@@ -116,11 +124,21 @@ class Whitening:
         return np.diag(1.0 / self.chol)
 
 
+def _spread(var: np.ndarray) -> np.ndarray:
+    """Standard deviations, those of coordinates without spread (or non-finite) replaced
+    by the geometric mean of the others (1 if none has any)."""
+    sd = np.sqrt(np.where(np.isfinite(var), var, 0.0))
+    spread = sd > 0
+    if not np.any(spread):
+        return np.ones_like(sd)
+    return np.where(spread, sd, np.exp(np.mean(np.log(sd[spread]))))
+
+
 def _cholesky(cov: np.ndarray) -> np.ndarray:
     """Lower Cholesky factor; eigenvalues lifted to 1e-12 of the largest when rounding
     made a covariance of points on very different scales indefinite (a random walk's
-    points in an inverse problem with condition number 1e8: the ridge above is 5e-5,
-    the rounding of the largest variance more)."""
+    points in an inverse problem with condition number 1e8: the floor on the
+    correlations is lost in the rounding of the largest variance)."""
     try:
         return scipy.linalg.cholesky(cov, lower=True)
     except np.linalg.LinAlgError:

@@ -50,10 +50,10 @@ def test_points_on_very_different_scales_do_not_break_the_factor():
 
 
 @pytest.mark.parametrize("dense", [False, True])
-def test_a_frame_makes_the_regulariser_relative(dense):
+def test_the_regulariser_is_scale_free(dense):
     """A ridge regression's posterior (sds 29 and 7e-3, correlation -0.99999, narrowest
-    principal sd 3.5e-5): estimated in parameter space the absolute ridge swamps the
-    narrow direction; in a frame of about the right scale, the estimate is right."""
+    principal sd 3.5e-5): estimated in parameter space or in a frame of about the right
+    scale, the narrow direction is right (an absolute ridge swamped it 1000-fold)."""
     rng = np.random.default_rng(2)
     sd, rho = np.array([29.0, 7.3e-3]), -0.999988
     cov = np.outer(sd, sd) * np.array([[1.0, rho], [rho, 1.0]])
@@ -68,10 +68,41 @@ def test_a_frame_makes_the_regulariser_relative(dense):
     framed = Whitening.from_samples(samples, dense=dense, frame=frame)
     plain = Whitening.from_samples(samples, dense=dense)
     truth = narrow @ cov @ narrow
-    np.testing.assert_allclose(np.diag(np.atleast_2d(framed.covariance)) if dense
-                               else framed.covariance, np.diag(np.cov(samples.T)), rtol=0.02)
+    for estimate in (framed, plain):
+        np.testing.assert_allclose(np.diag(np.atleast_2d(estimate.covariance)) if dense
+                                   else estimate.covariance, np.diag(np.cov(samples.T)), rtol=0.02)
     if dense:
         assert 0.8 < narrow_variance(framed) / truth < 1.25
-        assert narrow_variance(plain) / truth > 1e3  # swamped by the absolute ridge
+        assert 0.8 < narrow_variance(plain) / truth < 1.25
     x = framed.to_white(samples)
     np.testing.assert_allclose(framed.from_white(x), samples, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_small_sd_is_not_floored(dense):
+    """kilpisjarvi's slope sd 0.0075 beside an intercept sd of 30 (correlation -0.9999):
+    200 draws give the sds back within sampling error, whatever their units."""
+    rng = np.random.default_rng(5)
+    sd, rho = np.array([30.0, 7.5e-3]), -0.9999
+    cov = np.outer(sd, sd) * np.array([[1.0, rho], [rho, 1.0]])
+    for units in (1.0, 1e-4):
+        samples = rng.multivariate_normal([0.0, 0.0], cov * units**2, size=200)
+        estimate = Whitening.from_samples(samples, dense=dense)
+        estimated_sd = np.sqrt(np.diag(np.atleast_2d(estimate.covariance)) if dense
+                               else estimate.covariance)
+        # sd of a sample sd from 200 normal draws: 5%; 4 of those
+        np.testing.assert_allclose(estimated_sd / (sd * units), 1.0, atol=0.2)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_fewer_points_than_dimensions_give_an_isotropic_frame(dense):
+    """Two points in d = 4 say nothing of each coordinate's scale: one coordinate's spread
+    can come out near zero by chance (a score network's first fit kept that frame, and its
+    late gradient was 31% off in that coordinate). Such a frame is isotropic, at the
+    points' root-mean-square spread."""
+    rng = np.random.default_rng(7)
+    samples = rng.normal(size=(2, 4)) * np.array([1.0, 1.0, 1.0, 1e-3])
+    estimate = Whitening.from_samples(samples, dense=dense)
+    sd = np.sqrt(np.diag(np.atleast_2d(estimate.covariance)) if dense else estimate.covariance)
+    np.testing.assert_allclose(sd, sd[0], rtol=1e-12)
+    assert sd[0] > 0.1
