@@ -71,8 +71,9 @@ class Whitening:
         ridge = 1e-3 * 5.0 / (n + 5.0)
         var = samples.var(axis=0, ddof=1) if n > 1 else np.zeros(dim)
         sd = _spread(var)
-        if n <= dim:  # too few points to give each coordinate a scale of its own
+        if n <= dim:  # too few points to give each coordinate a scale (or correlations)
             sd = np.full(dim, np.sqrt(np.mean(sd**2)))
+            return cls(mean, np.diag(sd) if dense else sd)
         if not dense:
             return cls(mean, sd * np.sqrt(shrink + ridge))
         cov = np.cov(samples, rowvar=False).reshape(dim, dim) if n > 1 else np.zeros((dim, dim))
