@@ -293,6 +293,17 @@ def recorded_warnings():
         caught.extend(python_warnings)
 
 
+def pymc_convergence_messages(idata, model) -> list[str]:
+    """What ``pm.sample``'s default convergence checks say of ``idata`` (R-hat above 1.01,
+    fewer than 100 effective draws a chain, ...): the suite samples with
+    ``compute_convergence_checks=False`` for speed, but a user sees these by default, so a
+    run they flag is loud."""
+    from pymc.stats.convergence import WarningType, run_convergence_checks
+
+    return [w.message for w in run_convergence_checks(idata, model)
+            if w.kind == WarningType.CONVERGENCE]
+
+
 def warning_messages(caught, contains: str = "") -> list[str]:
     """The texts of :func:`recorded_warnings`' records that contain ``contains``."""
     texts = [w.getMessage() if hasattr(w, "getMessage") else str(w.message) for w in caught]
