@@ -38,6 +38,7 @@ from pymc_surrogate.step_methods.health import ChainHealth
 from pymc_surrogate.step_methods.heavy_tails import TailJumps
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.refit import Refits
+from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, gradient_setting
 from pymc_surrogate.step_methods.settings import block_variables, check_settings
 from pymc_surrogate.step_methods.state import (
     ChainState,
@@ -71,12 +72,15 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
     #: acceptance, which the exploration (``exploration.py``) and the chain health checks
     #: (``health.py``) then allow for.
     pseudo_marginal = False
+    #: The surrogate learns from gradients (VariationalHMC): ``use_gradient`` may then be
+    #: "finite_difference", and a model without a gradient needs it.
+    learns_from_gradients = False
 
     def __init__(
         self, vars=None, *, target_accept: float = 0.8, path_length: float = 2.8,
         dense_mass: bool | str = "auto", explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0, tail_jumps: float | str = "auto",
-        use_gradient: bool | None = None, model=None, blocked: bool = True, rng=None,
+        use_gradient: bool | str = "auto", model=None, blocked: bool = True, rng=None,
         initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,
     ):
         model = modelcontext(model)
@@ -84,6 +88,7 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
         if initial_point is None:
             initial_point = model.initial_point()
         vars = block_variables(model, vars, initial_point, owner)
+        use_gradient = gradient_setting(use_gradient, owner, self.learns_from_gradients)
         check_settings(owner, kwargs, target_accept, path_length, max_energy_error,
                        tail_jumps, explore_steps, dense_mass)
         self._model = model
@@ -106,7 +111,11 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
         self.chain = self._new_chain()
 
     def _model_functions(self, model, vars, initial_point, use_gradient, compile_kwargs):
-        """The compiled true model (a subclass may ask for finite-difference gradients)."""
+        """The compiled true model; ``use_gradient="finite_difference"``: central
+        differences of the logp, never PyTensor's gradient."""
+        if use_gradient == FINITE_DIFFERENCE:
+            return ModelFunctions(model, vars, initial_point, False, compile_kwargs,
+                                  finite_difference=True)
         return ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs)
 
     @property

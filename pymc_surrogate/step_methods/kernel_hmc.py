@@ -16,6 +16,7 @@ from pymc_surrogate.step_methods.corrections import CORRECTIONS
 from pymc_surrogate.step_methods.kernel_fit import KernelFit
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.training import TrainingPolicy
+from pymc_surrogate.step_methods.vocabulary import gradient_setting, inner_setting
 from pymc_surrogate.surrogates.kernel_exp_family import (
     KernelExpFamilyFinite,
     KernelExpFamilyLite,
@@ -109,8 +110,8 @@ class KernelHMC(KernelFit, SurrogateStep):
         As ``SurrogateHMC``: ``"surrogate_transition"`` (default; the surrogate's level
         cancels in it) or ``"hamiltonian"`` (the paper's: one trajectory accepted with the
         true Hamiltonian).
-    use_gradient : bool or None
-        ``None`` (default): ``True`` if the model has a gradient, as the other step methods,
+    use_gradient : "auto", True or False
+        "auto" (default): ``True`` if the model has a gradient, as the other step methods,
         except with ``pseudo_marginal=True``. ``True``: exact HMC explores before the
         first fit (the surrogate still learns from states only, never from gradients).
         ``False``: the model is a black box whatever it is (DE-MCz explores; on the
@@ -198,8 +199,8 @@ class KernelHMC(KernelFit, SurrogateStep):
         adaptation_decay: float | str = "auto",
         pseudo_marginal: bool = False,
         correction: str = "surrogate_transition",
-        n_inner: int = 1,
-        use_gradient: bool | None = None,
+        n_inner: int | str = 1,
+        use_gradient: bool | str = "auto",
         **kwargs,
     ):
         if form not in FORMS:
@@ -208,9 +209,8 @@ class KernelHMC(KernelFit, SurrogateStep):
                             ("pseudo_marginal", pseudo_marginal)):
             if not isinstance(value, bool | np.bool_):
                 raise ValueError(f"{name} must be True or False; got {value!r}.")
-        if use_gradient is not None and not isinstance(use_gradient, bool | np.bool_):
-            raise ValueError(f"use_gradient must be True, False or None; got {use_gradient!r}.")
-        if use_gradient is None and pseudo_marginal:
+        use_gradient = gradient_setting(use_gradient, type(self).__name__)
+        if use_gradient == "auto" and pseudo_marginal:
             use_gradient = False  # the gradient of a noisy estimate is not the posterior's
         if adaptation_decay == "auto":
             adaptation_decay = AUTO_DECAY[form]
@@ -223,9 +223,7 @@ class KernelHMC(KernelFit, SurrogateStep):
             )
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
-        if isinstance(n_inner, bool) or not isinstance(n_inner, int | np.integer) or n_inner < 1:
-            raise ValueError(f"n_inner must be a positive integer; got {n_inner!r}.")
-        if pseudo_marginal and use_gradient:
+        if pseudo_marginal and use_gradient is True:
             raise ValueError(
                 "use_gradient=True with pseudo_marginal=True: the gradient of a noisy "
                 "likelihood estimate is not the posterior's. KernelHMC needs no gradient."
@@ -235,7 +233,7 @@ class KernelHMC(KernelFit, SurrogateStep):
         self.adaptation_decay = float(adaptation_decay)
         self.pseudo_marginal = bool(pseudo_marginal)
         self.correction = correction
-        self.n_inner = int(n_inner)
+        self.n_inner = inner_setting(n_inner)
         self.policy = TrainingPolicy(
             source="chain_states", refit="online" if form == "finite" else "geometric",
             learn_in_draws=self.adapt_in_draws,

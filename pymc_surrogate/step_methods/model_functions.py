@@ -33,16 +33,16 @@ class ModelFunctions:
     model : pymc.Model
     vars : list of value variables
     initial_point : dict
-    use_gradient : bool or None
-        ``None`` detects whether PyTensor can differentiate the logp; ``False`` treats the
-        model as a black box even if it could.
+    use_gradient : "auto", True or False
+        "auto" detects whether PyTensor can differentiate the logp; ``False`` treats the
+        model as a black box even if it could; ``True`` requires the gradient.
     compile_kwargs : dict, optional
     finite_difference : bool
         A model without a symbolic gradient gets one by central differences: ``2 d`` more
         logp evaluations per gradient (``extra_logp_per_gradient``, counted by the caller).
     """
 
-    def __init__(self, model, vars, initial_point, use_gradient=None, compile_kwargs=None,
+    def __init__(self, model, vars, initial_point, use_gradient="auto", compile_kwargs=None,
                  finite_difference=False):
         compile_kwargs = dict(compile_kwargs or {})
         self.shared = make_shared_replacements(initial_point, vars, model)
@@ -61,12 +61,12 @@ class ModelFunctions:
 
         self.has_gradient = False
         self._logp_and_grad = None
-        if use_gradient is None or use_gradient:
+        if use_gradient is not False:
             grad = self._try_gradient(logp, joined)
-            if grad is None and use_gradient:
+            if grad is None and use_gradient is True:
                 raise ValueError(
                     "use_gradient=True but PyTensor cannot differentiate this model's logp "
-                    "(an Op without a gradient). Use use_gradient=None or False to sample it "
+                    "(an Op without a gradient). Use use_gradient='auto' or False to sample it "
                     "as a black box."
                 )
             if grad is not None:

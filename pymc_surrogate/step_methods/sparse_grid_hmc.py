@@ -24,6 +24,7 @@ from pymc_surrogate.step_methods.grid_precompute import (
 )
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.training import TrainingPolicy
+from pymc_surrogate.step_methods.vocabulary import inner_setting
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["SparseGridHMC", "GridPrecomputeError"]
@@ -157,15 +158,13 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         progressbar: bool = True,
         exact: bool = True,
         correction: str = "surrogate_transition",
-        n_inner: int = 1,
+        n_inner: int | str = 1,
         **kwargs,
     ):
         if not isinstance(exact, bool | np.bool_):
             raise ValueError(f"exact must be True or False; got {exact!r}.")
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
-        if not isinstance(n_inner, int | np.integer) or n_inner < 1:
-            raise ValueError(f"n_inner must be a positive integer; got {n_inner!r}.")
         if kind not in GRIDS:
             raise ValueError(f"kind must be one of {GRIDS}; got {kind!r}.")
         if not (np.isscalar(k) and np.isfinite(k) and k > 0):
@@ -191,7 +190,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
             raise ValueError(f"give at most one of grid, bounds and mean/cov; got {given}.")
         self.exact = bool(exact)
         self.correction = correction
-        self.n_inner = int(n_inner)
+        self.n_inner = inner_setting(n_inner)
         self.k = float(k)
         self.kind = kind
         self.level = level

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.corrections import CORRECTIONS
+from pymc_surrogate.step_methods.vocabulary import auto_for_none, inner_setting
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -44,9 +43,9 @@ class SurrogateHMC(SurrogateStep):
         (their correlation matrices far worse conditioned than sampling noise makes them).
     max_energy_error : float
         Energy error (nats) of a surrogate trajectory counted as a divergence.
-    use_gradient : bool or None
-        ``None`` (default): the model's gradient where it has one; ``False`` treats the
-        model as a black box (logp only).
+    use_gradient : "auto", True or False
+        "auto" (default): the model's gradient where it has one; ``False`` treats the
+        model as a black box (logp only); ``True`` requires the gradient.
     model : pm.Model, optional
         Default: the model in context.
     rng : numpy.random.Generator or int, optional
@@ -89,19 +88,16 @@ class SurrogateHMC(SurrogateStep):
         n_hidden: int | str = "auto",
         activation: str = "softplus",
         quadratic: str = "auto",
-        alpha: float | None = None,
+        alpha: float | str = "auto",
         max_hidden: int = 500,
         max_equations: int = 20_000,
         **kwargs,
     ):
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
-        if n_inner != "auto" and (
-            isinstance(n_inner, bool) or not isinstance(n_inner, int | np.integer) or n_inner < 1
-        ):
-            raise ValueError(f"n_inner must be a positive integer or 'auto'; got {n_inner!r}.")
         self.correction = correction
-        self.n_inner = n_inner if n_inner == "auto" else int(n_inner)
+        self.n_inner = inner_setting(n_inner)
+        alpha = auto_for_none(alpha, "alpha", type(self).__name__)
         # Validates the surrogate settings now rather than at the first fit.
         self._surrogate_settings = dict(
             n_hidden=n_hidden, activation=activation, quadratic=quadratic, alpha=alpha,

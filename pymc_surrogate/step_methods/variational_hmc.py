@@ -18,6 +18,7 @@ from pymc_surrogate.step_methods.corrections import CORRECTIONS
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.training import TrainingPolicy
+from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, inner_setting
 from pymc_surrogate.surrogates.score_network import (
     FULL_QUADRATIC_DIM,
     LaplaceTerm,
@@ -29,6 +30,7 @@ __all__ = ["VariationalHMC"]
 
 #: Weight of the newest point in the running score error (about the last 20 points).
 SCORE_ERROR_SMOOTHING = 0.05
+#: VariationalHMC's ``gradient=`` of earlier releases (now ``use_gradient``).
 GRADIENTS = ("model", "finite_difference")
 
 
@@ -51,10 +53,12 @@ class VariationalHMC(SurrogateStep):
         free-form variational mode: the draws are HMC on the surrogate alone, with no
         model evaluation; they follow the surrogate, not the model (a warning, and the
         stat ``approximate``).
-    gradient : {"model", "finite_difference"}
-        Where the training gradients come from. A model without a symbolic gradient
-        raises unless ``"finite_difference"`` (central differences: ``2 d`` more logp
-        evaluations per training point, counted in ``model_evals``).
+    use_gradient : "auto", True, False or "finite_difference"
+        Where the training gradients come from: "auto" (default) or ``True``, the model's
+        (a model without one raises); "finite_difference", central differences of the logp
+        (``2 d`` more logp evaluations per training point, counted in ``model_evals``), the
+        way to sample a black box. ``gradient="model"`` / ``gradient="finite_difference"``
+        of earlier releases still work, with a ``FutureWarning``.
     n_hidden : int or "auto"
         Random softplus nodes ``s``.
     alpha : float or "auto"
@@ -98,6 +102,7 @@ class VariationalHMC(SurrogateStep):
     """
 
     name = "variational_hmc"
+    learns_from_gradients = True
     policy = TrainingPolicy(refit="online", learn_in_draws=False)
     stats_dtypes_shapes = {
         **_stats.STATS,
@@ -112,34 +117,38 @@ class VariationalHMC(SurrogateStep):
         vars=None,
         *,
         exact: bool = True,
-        gradient: str = "model",
         n_hidden: int | str = "auto",
         alpha: float | str = "auto",
         tau: float | str = "auto",
         t0: int | str = "tune",
         stop_error: float | None = None,
         correction: str = "surrogate_transition",
-        n_inner: int = 1,
+        n_inner: int | str = 1,
         quadratic: str = "auto",
         max_hidden: int = 500,
         **kwargs,
     ):
         if not isinstance(exact, bool | np.bool_):
             raise ValueError(f"exact must be True or False; got {exact!r}.")
-        if gradient not in GRADIENTS:
-            raise ValueError(f"gradient must be one of {GRADIENTS}; got {gradient!r}.")
+        gradient = kwargs.pop("gradient", None)
+        if gradient is not None:
+            if gradient not in GRADIENTS:
+                raise ValueError(f"gradient must be one of {GRADIENTS}; got {gradient!r}.")
+            warnings.warn(
+                f"VariationalHMC(gradient={gradient!r}) is deprecated: use use_gradient="
+                f"{'auto' if gradient == 'model' else FINITE_DIFFERENCE!r}. The old spelling "
+                "will be removed in the next release.", FutureWarning, stacklevel=2)
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
-        if not isinstance(n_inner, int | np.integer) or n_inner < 1:
-            raise ValueError(f"n_inner must be a positive integer; got {n_inner!r}.")
         if t0 != "tune" and (not isinstance(t0, int | np.integer) or t0 < 1):
             raise ValueError(f"t0 must be 'tune' or a positive number of tuning iterations; got {t0!r}.")
         if stop_error is not None and not (np.isscalar(stop_error) and 0 < stop_error < 1):
             raise ValueError(f"stop_error must be None or lie in (0, 1); got {stop_error!r}.")
         self.exact = bool(exact)
-        self.gradient = gradient
+        # the old gradient="finite_difference": differences only where PyTensor has no gradient
+        self._difference_if_needed = gradient == FINITE_DIFFERENCE
         self.correction = correction
-        self.n_inner = int(n_inner)
+        self.n_inner = inner_setting(n_inner)
         self.t0 = t0
         self.stop_error = stop_error
         self._surrogate_settings = dict(n_hidden=n_hidden, alpha=alpha, tau=tau,
@@ -154,7 +163,7 @@ class VariationalHMC(SurrogateStep):
                 "VariationalHMC learns from the gradient of the model's logp, and this model "
                 "has none PyTensor can compute (an Op without a gradient, or "
                 "use_gradient=False). Sample it with the gradient-free SurrogateHMC or "
-                "AdaptiveSurrogateHMC, or pass gradient='finite_difference' (central "
+                "AdaptiveSurrogateHMC, or pass use_gradient='finite_difference' (central "
                 f"differences: {2 * self.dim} more logp evaluations per training point)."
             )
         if not self.exact:
@@ -170,14 +179,16 @@ class VariationalHMC(SurrogateStep):
     @staticmethod
     def competence(var, has_grad):
         """PyMC's automatic assignment: continuous variables of models with a gradient
-        (a black box needs the explicit ``gradient="finite_difference"``)."""
+        (a black box needs the explicit ``use_gradient="finite_difference"``)."""
         if var.dtype in continuous_types and has_grad:
             return Competence.COMPATIBLE
         return Competence.INCOMPATIBLE
 
     def _model_functions(self, model, vars, initial_point, use_gradient, compile_kwargs):
+        if use_gradient == FINITE_DIFFERENCE or not self._difference_if_needed:
+            return super()._model_functions(model, vars, initial_point, use_gradient, compile_kwargs)
         return ModelFunctions(model, vars, initial_point, use_gradient, compile_kwargs,
-                              finite_difference=self.gradient == "finite_difference")
+                              finite_difference=True)
 
     # ------------------------------------------------------------ the surrogate
     def _make_surrogate(self, whitening: Whitening, random_state, **settings):

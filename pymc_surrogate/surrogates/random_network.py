@@ -43,8 +43,9 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
     activation : {"softplus", "rbf"}
     quadratic : {"auto", "full", "diagonal", "isotropic", "none"}
         Quadratic terms of the base; "auto" the richest with two equations a coefficient.
-    alpha : float, optional
-        Ridge penalty on the hidden weights; ``None``: generalised cross-validation.
+    alpha : float or "auto"
+        Ridge penalty on the hidden weights; "auto" (default): generalised
+        cross-validation (``None``, the old spelling, does the same).
     min_alpha : float
         Smallest relative penalty cross-validation may choose (wells: docs/design.md).
     max_hidden, max_equations : int
@@ -72,7 +73,7 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
         n_hidden: int | str = "auto",
         activation: str = "softplus",
         quadratic: str = "auto",
-        alpha: float | None = None,
+        alpha: float | str = "auto",
         min_alpha: float = 1e-12,
         max_hidden: int = 500,
         max_equations: int = 20_000,
@@ -90,8 +91,8 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
                 "quadratic must be 'auto', 'none', 'isotropic', 'diagonal' or 'full'; "
                 f"got {quadratic!r}."
             )
-        if alpha is not None and not alpha > 0:
-            raise ValueError(f"alpha must be positive or None; got {alpha!r}.")
+        if alpha is not None and alpha != "auto" and not (np.isscalar(alpha) and alpha > 0):
+            raise ValueError(f"alpha must be a positive number or 'auto'; got {alpha!r}.")
         if not 0 < min_alpha < 10:
             raise ValueError(f"min_alpha must lie in (0, 10); got {min_alpha!r}.")
         if max_hidden < 0 or max_equations < 1:
@@ -111,6 +112,10 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
         self.max_training_error = max_training_error
 
     # ------------------------------------------------------------------ fitting
+    def _penalty(self) -> float | None:
+        """The fixed ridge penalty, or None for cross-validation ("auto")."""
+        return None if self.alpha in (None, "auto") else float(self.alpha)
+
     def fit(
         self,
         positions: np.ndarray,
@@ -220,17 +225,17 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
             equations = fold.plus(NormalEquations.from_design(design[n_fold:], target[n_fold:]))
         else:
             equations = NormalEquations.from_design(design, target)
-        solution, coef = fit_proper(equations, polynomial, n_free, self.alpha, self.min_alpha)
+        solution, coef = fit_proper(equations, polynomial, n_free, self._penalty(), self.min_alpha)
         if hidden.size:
             # The base fits share the free block (and its eigendecomposition) with the full ones.
             base_solution, base_coef = fit_proper(
-                equations.columns(base_columns), polynomial, n_free, self.alpha,
+                equations.columns(base_columns), polynomial, n_free, self._penalty(),
                 self.min_alpha, solution.free_inverse,
             )
             if choose_nodes:
-                fold_solution, fold_coef = fit_proper(fold, polynomial, n_free, self.alpha, self.min_alpha)
+                fold_solution, fold_coef = fit_proper(fold, polynomial, n_free, self._penalty(), self.min_alpha)
                 _, fold_base = fit_proper(
-                    fold.columns(base_columns), polynomial, n_free, self.alpha,
+                    fold.columns(base_columns), polynomial, n_free, self._penalty(),
                     self.min_alpha, fold_solution.free_inverse,
                 )
                 held_design, held_target = design[n_fold:], target[n_fold:]

@@ -15,7 +15,6 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy import stats as sps
 
-from tests.reliability.registry import accepts
 
 
 #: The suite's seed. CI runs at the default; ``PYMC_SURROGATE_TEST_SEED=N`` reruns every
@@ -334,9 +333,9 @@ def black_box_step(entry, vars=None, **kwargs):
     """Construct a step for a model that may be a black box.
 
     A class that learns from gradients (VariationalHMC) refuses a black box unless told
-    to difference it (``gradient="finite_difference"``, its documented opt-in, which is
+    to difference it (``use_gradient="finite_difference"``, its documented opt-in, which is
     then what these tests check); on a model with a gradient the opt-in changes nothing.
     """
-    if accepts(entry.cls, "gradient"):
-        kwargs.setdefault("gradient", "finite_difference")
+    if entry.cls.learns_from_gradients:
+        kwargs.setdefault("use_gradient", "finite_difference")
     return entry(vars, **kwargs)

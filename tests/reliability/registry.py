@@ -26,7 +26,6 @@ __all__ = [
     "VARIANTS",
     "EXACTNESS_STEPS",
     "init_parameters",
-    "accepts",
     "designed",
 ]
 
@@ -83,11 +82,6 @@ def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
         if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
             break
     return params
-
-
-def accepts(cls: type, name: str) -> bool:
-    """Whether ``cls(...)`` takes the keyword ``name``."""
-    return name in init_parameters(cls)
 
 
 def designed(cls: type) -> bool:

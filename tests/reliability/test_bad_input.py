@@ -20,7 +20,7 @@ from tests.reliability.helpers import (
     assert_moments,
     sample,
 )
-from tests.reliability.registry import STEPS, accepts, designed, init_parameters
+from tests.reliability.registry import STEPS, designed, init_parameters
 
 #: (class name, setting, value) that are legal although the generic rules reject them.
 LEGAL: set[tuple[str, str, object]] = set()
@@ -244,11 +244,11 @@ def test_an_op_without_gradient_is_a_black_box(step, grad):
     with pm.Model():
         x = pm.Flat("x", shape=2, initval=np.zeros(2))
         pm.Potential("lik", _op_with_grad(grad)(x))
-        if accepts(step.cls, "gradient"):
+        if step.cls.learns_from_gradients:
             # a step that learns from gradients refuses it, naming the opt-in, which works
             with pytest.raises(ValueError, match="finite_difference"):
                 step()
-            assert step(gradient="finite_difference").functions.finite_difference
+            assert step(use_gradient="finite_difference").functions.finite_difference
         else:
             assert not step().has_gradient
 
@@ -260,7 +260,7 @@ def test_a_broken_gradient_is_not_taken_for_a_black_box(step):
         with pytest.raises(TypeError, match=r"(?s)returned None.*use_gradient=False"):
             step()
         # the way out the message gives works
-        if accepts(step.cls, "gradient"):
-            assert step(use_gradient=False, gradient="finite_difference").functions.finite_difference
+        if step.cls.learns_from_gradients:
+            assert step(use_gradient="finite_difference").functions.finite_difference
         else:
             assert not step(use_gradient=False).has_gradient

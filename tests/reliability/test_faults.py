@@ -17,7 +17,7 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.raise_op import Assert
 
-from tests.reliability.registry import accepts, designed
+from tests.reliability.registry import designed
 from tests.reliability.helpers import (
     BlackBoxLogp,
     assert_healthy,
@@ -315,7 +315,7 @@ def test_rough_potential_stays_exact(step):
     def logp(q):
         return -0.5 * q @ q + 2.0 * np.sum(np.sin(1e4 * q))
 
-    if accepts(step.cls, "gradient"):
+    if step.cls.learns_from_gradients:
         # Its finite-difference gradient is the potential's true one, 2e4 cos(1e4 x): like
         # any gradient sampler's, the chain stays in one 3e-4-wide well (VariationalHMC:
         # chain sds below 0.005 where the posterior's is 1.0, no warning). A known limit, not tested here.

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from benchmarks.models.hard_geometry import FUNNEL_SCALE, make_funnel, make_heat_inverse
-from tests.reliability.registry import accepts
 from tests.reliability.helpers import (
     assert_gaussian,
     assert_healthy,
@@ -37,7 +36,7 @@ from tests.reliability.helpers import (
 def test_ill_conditioned_inverse_problem_right(step, condition, gradient):
     """20-d heat-equation inverse problem, precision condition number up to 1e8: the
     posterior's marginals and its eigen-directions (narrowest to widest) are right."""
-    if not gradient and accepts(step.cls, "gradient"):
+    if not gradient and step.cls.learns_from_gradients:
         pytest.skip("a gradient learner on a 20-d black box differences 41 logps a gradient "
                     "(over 20 minutes here); it is checked on the gradient version (slow)")
     model, info = make_heat_inverse(20, condition, gradient=gradient)

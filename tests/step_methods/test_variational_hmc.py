@@ -48,7 +48,7 @@ def test_black_box_without_opt_in_names_the_gradient_free_samplers():
 
 def test_finite_difference_gradients_sample_a_black_box_and_are_counted():
     with _black_box_model():
-        step = VariationalHMC(gradient="finite_difference")
+        step = VariationalHMC(use_gradient="finite_difference")
         idata = pm.sample(draws=600, tune=600, step=step, random_seed=3, **SAMPLE)
     draws = idata.posterior["x"].values.reshape(-1, 2)
     _assert_mean_within_mcse(draws)
