@@ -65,6 +65,10 @@ class Tuning:
     #: A round's surrogate draws set the metric only if every coordinate's bulk ESS is at
     #: least this (of max(200, 4 d) draws); else the chain's own scale is kept.
     min_metric_sample_ess: float = 20.0
+    #: ... drawing up to this many (4x at a time) before giving up: a 20-d Gaussian served
+    #: on a Flat vector (condition 1e5) left tuning with states 0.03-1.4 of the true
+    #: variances; 200 draws from that metric never mixed, and the states' metric stayed.
+    max_metric_samples: int = 3200
     # --- Hamiltonian correction's path length (corrections.py)
     #: True acceptance the path length adapts toward.
     path_target: float = 0.65
