@@ -105,15 +105,17 @@ def test_stop_error_ends_learning_once_the_score_is_matched():
     assert stats.score_error.values[0, stopped[0]] < 0.05
 
 
-def test_laplace_falls_back_to_the_tuning_covariance_with_one_warning(caplog):
+def test_laplace_falls_back_to_the_tuning_covariance_with_one_debug_record(caplog):
+    """Recorded once, at DEBUG: a warning here came with every chain of the black-box banana,
+    whose draws were right at 9 of 10 seeds."""
     with _gaussian_model():
         step = VariationalHMC()
         # no climb to the mode: no Newton probe for the Laplace term
         step.tuning = dataclasses.replace(step.tuning, start_at_mode=False)
-        with caplog.at_level(logging.WARNING, logger="pymc"):
+        with caplog.at_level(logging.DEBUG, logger="pymc"):
             pm.sample(draws=100, tune=300, step=step, random_seed=4, **SAMPLE)
     told = [r for r in caplog.records if "Laplace regulariser" in r.getMessage()]
-    assert len(told) == 1
+    assert len(told) == 1 and told[0].levelno == logging.DEBUG, told
 
 
 @pytest.mark.parametrize(
