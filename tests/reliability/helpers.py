@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 import xarray as xr
 from pytensor.graph.basic import Apply
@@ -333,9 +334,24 @@ def black_box_step(entry, vars=None, **kwargs):
     """Construct a step for a model that may be a black box.
 
     A class that learns from gradients (VariationalHMC) refuses a black box unless told
-    to difference it (``use_gradient="finite_difference"``, its documented opt-in, which is
-    then what these tests check); on a model with a gradient the opt-in changes nothing.
+    to difference it (``use_gradient="finite_difference"``, its documented opt-in, which
+    is then what these tests check): it gets that opt-in where the model has no gradient
+    PyTensor can build, or where the test asks for a black box (``use_gradient=False``);
+    a model with a gradient keeps it.
     """
     if entry.cls.learns_from_gradients:
-        kwargs.setdefault("use_gradient", "finite_difference")
+        wanted = kwargs.get("use_gradient", "auto")
+        if wanted is False or (wanted == "auto" and not _has_gradient(pm.modelcontext(None))):
+            kwargs["use_gradient"] = "finite_difference"
     return entry(vars, **kwargs)
+
+
+def _has_gradient(model) -> bool:
+    """Whether PyTensor can differentiate ``model``'s logp (a graph, nothing compiled)."""
+    from pytensor.gradient import NullTypeGradError
+
+    try:
+        pytensor.grad(model.logp(), model.value_vars)
+    except (NotImplementedError, NullTypeGradError):
+        return False
+    return True

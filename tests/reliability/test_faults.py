@@ -262,7 +262,7 @@ def test_degenerate_data_never_yields_nan(step, case, black_box):
     """Short run: no NaN in draws or trajectories, stats finite or the draw flagged."""
     model, var, mean, sd = DEGENERATE[case]()
     with model:
-        s = black_box_step(step, use_gradient=False if black_box else None)
+        s = black_box_step(step, use_gradient=False if black_box else "auto")
         idata = sample(s, tune=300, draws=200, chains=1)
     assert_healthy(idata)
 
@@ -280,7 +280,7 @@ def test_degenerate_data_right(step, case, black_box):
     (an earlier version skipped them whenever the step warned)."""
     model, var, mean, sd = DEGENERATE[case]()
     with model:
-        s = black_box_step(step, use_gradient=False if black_box else None)
+        s = black_box_step(step, use_gradient=False if black_box else "auto")
         with recorded_warnings():
             idata = sample(s, tune=600, draws=DRAWS.get(case, 1000))
     assert_healthy(idata)
