@@ -9,7 +9,7 @@ from pytensor.gradient import NullTypeGradError
 from pymc.pytensorf import compile as compile_pymc
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
-__all__ = ["ModelFunctions", "ModelEvaluationError"]
+__all__ = ["ModelFunctions", "ModelEvaluationError", "symbolic_gradient"]
 
 
 class ModelEvaluationError(RuntimeError):
@@ -62,7 +62,7 @@ class ModelFunctions:
         self.has_gradient = False
         self._logp_and_grad = None
         if use_gradient is not False:
-            grad = self._try_gradient(logp, joined)
+            grad = symbolic_gradient(logp, joined)
             if grad is None and use_gradient is True:
                 raise ValueError(
                     "use_gradient=True but PyTensor cannot differentiate this model's logp "
@@ -79,29 +79,6 @@ class ModelFunctions:
         if self.finite_difference:
             self.has_gradient = True
             self.extra_logp_per_gradient = 2 * int(sum(np.size(initial_point[v.name]) for v in vars))
-
-    @staticmethod
-    def _try_gradient(logp, joined):
-        """The symbolic gradient, or None if an Op of the model has none.
-
-        Only PyTensor's "no gradient" errors mean a black box: ``NotImplementedError`` (the
-        default ``Op.grad``) and ``NullTypeGradError`` (a gradient marked undefined or
-        unimplemented). Every other error from ``pytensor.grad`` is a broken gradient (the
-        other ``TypeError``: an Op's ``grad`` returning None, an integer or a
-        non-Variable): sampling the model as a black box would hide it, so it is raised,
-        with the way out.
-        """
-        try:
-            return pytensor.grad(logp, joined)
-        except (NotImplementedError, NullTypeGradError):
-            return None
-        except TypeError as err:
-            raise TypeError(
-                f"PyTensor could not build the gradient of the model's logp: {err} "
-                "An Op's gradient is broken (this is not the 'no gradient' case, which is "
-                "an Op.grad raising NotImplementedError or returning grad_undefined). Fix "
-                "that Op's grad, or pass use_gradient=False to sample the model as a black box."
-            ) from err
 
     def representable(self, q: np.ndarray) -> np.ndarray:
         """``q`` as float64, rounded to the model's precision: the point the compiled
@@ -134,3 +111,26 @@ class ModelFunctions:
             grad[i] = (upper - self.logp(shifted)) / (2.0 * h)
             shifted[i] = q[i]
         return self.logp(q), grad
+
+
+def symbolic_gradient(logp, wrt):
+    """The symbolic gradient, or None if an Op of the model has none.
+
+    Only PyTensor's "no gradient" errors mean a black box: ``NotImplementedError`` (the
+    default ``Op.grad``) and ``NullTypeGradError`` (a gradient marked undefined or
+    unimplemented). Every other error from ``pytensor.grad`` is a broken gradient (the
+    other ``TypeError``: an Op's ``grad`` returning None, an integer or a
+    non-Variable): sampling the model as a black box would hide it, so it is raised,
+    with the way out.
+    """
+    try:
+        return pytensor.grad(logp, wrt)
+    except (NotImplementedError, NullTypeGradError):
+        return None
+    except TypeError as err:
+        raise TypeError(
+            f"PyTensor could not build the gradient of the model's logp: {err} "
+            "An Op's gradient is broken (this is not the 'no gradient' case, which is "
+            "an Op.grad raising NotImplementedError or returning grad_undefined). Fix "
+            "that Op's grad, or pass use_gradient=False to sample the model as a black box."
+        ) from err

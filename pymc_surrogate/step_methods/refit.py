@@ -310,11 +310,12 @@ class Refits:
                 break
             # Draws that crawl in the slow directions of a poor first metric: more of them
             # (surrogate evaluations only) until they measure the scale or hit the cap.
-            while (not _mixes(samples, self.tuning.min_metric_sample_ess)
-                   and len(samples) * 4 <= self.tuning.max_metric_samples):
+            mixes = _mixes(samples, self.tuning.min_metric_sample_ess)
+            while not mixes and len(samples) * 4 <= self.tuning.max_metric_samples:
                 warm_up = self._warm_up(chain, chain_scale, field, step, 4 * len(samples))
                 step, samples = warm_up.step_size, warm_up.samples
-            if not _mixes(samples, self.tuning.min_metric_sample_ess):
+                mixes = _mixes(samples, self.tuning.min_metric_sample_ess)
+            if not mixes:
                 break
             dense = self._dense_metric(chain, samples)
             sampled = Whitening.from_samples(samples, dense=dense, frame=self._scale_frame())

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 import xarray as xr
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy import stats as sps
+
+from pymc_surrogate.step_methods.model_functions import symbolic_gradient
 
 
 
@@ -341,17 +342,8 @@ def black_box_step(entry, vars=None, **kwargs):
     """
     if entry.cls.learns_from_gradients:
         wanted = kwargs.get("use_gradient", "auto")
-        if wanted is False or (wanted == "auto" and not _has_gradient(pm.modelcontext(None))):
+        model = pm.modelcontext(None)
+        if wanted is False or (wanted == "auto"
+                               and symbolic_gradient(model.logp(), model.value_vars) is None):
             kwargs["use_gradient"] = "finite_difference"
     return entry(vars, **kwargs)
-
-
-def _has_gradient(model) -> bool:
-    """Whether PyTensor can differentiate ``model``'s logp (a graph, nothing compiled)."""
-    from pytensor.gradient import NullTypeGradError
-
-    try:
-        pytensor.grad(model.logp(), model.value_vars)
-    except (NotImplementedError, NullTypeGradError):
-        return False
-    return True
