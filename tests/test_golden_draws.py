@@ -44,8 +44,19 @@ def _blas_architecture() -> str:
                             for info in threadpool_info() if info.get("user_api") == "blas"}))
 
 
+def _numpy_simd() -> str:
+    """The SIMD targets numpy dispatches its own loops to on this processor (``exp``,
+    ``log``: the softplus features): an AVX-512 machine rounds them differently from an
+    AVX2 one under the same BLAS kernels (2026-11-28: OpenBLAS "Haswell" on an AVX-512
+    EPYC, every golden draw of the AVX2 machine that recorded them different)."""
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    return ",".join(sorted(name for name in __cpu_dispatch__ if __cpu_features__.get(name)))
+
+
 VERSIONS = {"numpy": np.__version__, "scipy": scipy.__version__, "pymc": pm.__version__,
-            "pytensor": pytensor.__version__, "blas_architecture": _blas_architecture()}
+            "pytensor": pytensor.__version__, "blas_architecture": _blas_architecture(),
+            "numpy_simd": _numpy_simd()}
 # One file per PyMC generation: both are tested in CI.
 TAG = f"pymc{pm.__version__.split('.')[0]}"
 RUN = dict(draws=150, chains=2, cores=1, progressbar=False, compute_convergence_checks=False)

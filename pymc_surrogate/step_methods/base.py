@@ -159,6 +159,7 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
         """Freeze the chain: the final fit, then the draws' tail jumps and path length."""
         self.tune = False
         chain = self.chain
+        chain.tempered = False
         if chain.frozen:
             return
         tuned_length = self._tuned_length(chain)
@@ -195,6 +196,7 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
         # 1. the phase, 2. its kernel
         exploring = self._explores_now(chain)
         jumping = not exploring and self._jumps_now(chain)
+        chain.tempered = not (exploring or jumping) and self._tempers_now(chain)
         if jumping:
             info = independence_transition(
                 current, lambda q: self._evaluate(chain, q, with_grad=False),

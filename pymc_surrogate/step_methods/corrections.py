@@ -39,7 +39,7 @@ class Corrections:
             return self._evaluate(chain, q, with_grad=with_grad, record=record)
 
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
-        field = self._surrogate_field(chain)
+        field = self._surrogate_field(chain, tuning_tempered=chain.tempered)
         if self.correction == "hamiltonian":
             return surrogate_hmc_transition(
                 current, evaluate, field, chain.metric, step_size,

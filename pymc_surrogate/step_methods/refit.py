@@ -146,7 +146,9 @@ class Refits:
         """Fits (and retries after a failed one) at geometrically spaced iterations."""
         if chain.fits.last_iteration == 0:
             return True
-        return chain.iteration + 1 >= self.tuning.refit_growth * chain.fits.last_iteration + self.tuning.refit_offset
+        growth = (self.tuning.tempered_refit_growth if chain.tempered
+                  else self.tuning.refit_growth)
+        return chain.iteration + 1 >= growth * chain.fits.last_iteration + self.tuning.refit_offset
 
     def _late_tuning_states(self, chain: ChainState) -> tuple[np.ndarray, np.ndarray]:
         """The second half of the tuning states (past the initial transient) and their
@@ -399,11 +401,14 @@ class Refits:
             level="info" if self.tune else "warn",
         )
 
-    def _surrogate_field(self, chain: ChainState):
+    def _surrogate_field(self, chain: ChainState, tuning_tempered: bool = False):
         """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
-        current context, at the temperature that makes it cover the posterior
-        (coverage.py)."""
-        return tempered(self.context.field(chain.surrogate), chain.coverage.temperature)
+        current context, at the temperature that makes it cover the posterior, times
+        tuning's when ``tuning_tempered`` (coverage.py)."""
+        temperature = chain.coverage.temperature
+        if tuning_tempered:
+            temperature *= self._tuning_temperature()
+        return tempered(self.context.field(chain.surrogate), temperature)
 
 
 def _mixes(samples: np.ndarray, min_ess: float) -> bool:
