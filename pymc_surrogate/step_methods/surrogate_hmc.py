@@ -15,7 +15,9 @@ class SurrogateHMC(SurrogateStep):
     r"""Hamiltonian Monte Carlo on a random-network surrogate, exactly corrected.
 
     Tuning explores exactly (HMC, or DE-MCz without gradients) and fits a random network
-    to every evaluation; the draws run on the frozen surrogate, one model logp each.
+    to every evaluation; without gradients its surrogate steps then run on the tempered
+    surrogate ``U~ / T``, so that the fit learns where it is too high. The draws run on the
+    frozen surrogate, one model logp each.
 
     Parameters
     ----------
