@@ -62,9 +62,13 @@ class Coverage:
         the learners from chain states or a design (KernelHMC, SparseGridHMC), nor in a
         compound step's block.
         """
-        return (self.tune and not chain.frozen and not self.has_gradient
-                and self.tuning.tune_tempering > 0 and self._measures_coverage()
-                and self.policy.source == "evaluations")
+        return self.tune and not chain.frozen and self._tempers_tuning()
+
+    def _tempers_tuning(self) -> bool:
+        """Whether this step tempers its surrogate steps in tuning (and refits at
+        ``Tuning.tempered_refit_growth``): a black box, learnt from its evaluations."""
+        return (not self.has_gradient and self.tuning.tune_tempering > 0
+                and self._measures_coverage() and self.policy.source == "evaluations")
 
     def _tuning_temperature(self) -> float:
         """``T_tune = 1 + tune_tempering / d``: the tempered typical set about

@@ -146,7 +146,7 @@ class Refits:
         """Fits (and retries after a failed one) at geometrically spaced iterations."""
         if chain.fits.last_iteration == 0:
             return True
-        growth = (self.tuning.tempered_refit_growth if chain.tempered
+        growth = (self.tuning.tempered_refit_growth if self._tempers_tuning()
                   else self.tuning.refit_growth)
         return chain.iteration + 1 >= growth * chain.fits.last_iteration + self.tuning.refit_offset
 
