@@ -15,6 +15,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_surrogate.core.transitions import surrogate_hmc_transition, surrogate_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
+from pymc_surrogate.step_methods.coverage import tempered
 from pymc_surrogate.step_methods.state import ChainState
 
 __all__ = ["CORRECTIONS", "Corrections"]
@@ -39,7 +40,9 @@ class Corrections:
             return self._evaluate(chain, q, with_grad=with_grad, record=record)
 
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
-        field = self._surrogate_field(chain, tuning_tempered=chain.tempered)
+        field = self._surrogate_field(chain)
+        if chain.tempered:  # tuning only (coverage.py)
+            field = tempered(field, self._tuning_temperature())
         if self.correction == "hamiltonian":
             return surrogate_hmc_transition(
                 current, evaluate, field, chain.metric, step_size,

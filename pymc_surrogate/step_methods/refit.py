@@ -401,14 +401,11 @@ class Refits:
             level="info" if self.tune else "warn",
         )
 
-    def _surrogate_field(self, chain: ChainState, tuning_tempered: bool = False):
+    def _surrogate_field(self, chain: ChainState):
         """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
-        current context, at the temperature that makes it cover the posterior, times
-        tuning's when ``tuning_tempered`` (coverage.py)."""
-        temperature = chain.coverage.temperature
-        if tuning_tempered:
-            temperature *= self._tuning_temperature()
-        return tempered(self.context.field(chain.surrogate), temperature)
+        current context, at the temperature that makes it cover the posterior
+        (coverage.py)."""
+        return tempered(self.context.field(chain.surrogate), chain.coverage.temperature)
 
 
 def _mixes(samples: np.ndarray, min_ess: float) -> bool:
