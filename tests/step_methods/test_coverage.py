@@ -94,7 +94,8 @@ def _narrow_run(cover: bool, seed: int):
     step_class = narrow_surrogate(SurrogateHMC, 0.6)
     with gaussian_model(np.zeros(2), np.eye(2), black_box=True):
         step = step_class()
-        step.tuning = dataclasses.replace(step.tuning, coverage=cover)
+        # the coverage temperature alone: tuning's own tempering (a black box's) is off
+        step.tuning = dataclasses.replace(step.tuning, coverage=cover, tune_tempering=0.0)
         idata = sample(step, tune=1000, draws=1000, random_seed=seed)
     return _right(idata), idata.sample_stats["surrogate_temperature"].values[:, -1]
 
@@ -108,7 +109,10 @@ def test_a_narrow_surrogate_samples_right_once_tempered():
     """A surrogate with 0.6 of the posterior's sd (black box, N(0, I), d = 2), tempered: the
     draws are right. Without the check the same runs are wrong (R-hat 1.027-1.084) at 7 of
     seeds 0-7 and right at seed 7 and at this suite's seed: a per-seed power of about 7/8,
-    so the comparison is ``test_coverage_power``'s (slow), not a one-seed assertion."""
+    so the comparison is ``test_coverage_power``'s (slow), not a one-seed assertion. Tuning's
+    own tempering is off here: with it too, right at 9 of 11 seeds on PyMC 6 (this suite's seed
+    not: a lower-tail share 0.0145 against the band's 0.0155; pooled tail shares over the 11 seeds
+    0.024-0.026, sds 0.99-1.00) and 11 of 11 on PyMC 5."""
     right, temperature = _narrow_run(cover=True, seed=SEED)
     assert right and np.all(temperature >= 2.0), temperature
 
