@@ -49,8 +49,10 @@ def _numpy_simd() -> str:
     ``log``: the softplus features): an AVX-512 machine rounds them differently from an
     AVX2 one under the same BLAS kernels (2026-11-28: OpenBLAS "Haswell" on an AVX-512
     EPYC, every golden draw of the AVX2 machine that recorded them different)."""
-    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
-
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # numpy < 2
+        from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
     return ",".join(sorted(name for name in __cpu_dispatch__ if __cpu_features__.get(name)))
 
 

@@ -159,7 +159,6 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
         """Freeze the chain: the final fit, then the draws' tail jumps and path length."""
         self.tune = False
         chain = self.chain
-        chain.tempered = False
         if chain.frozen:
             return
         tuned_length = self._tuned_length(chain)
@@ -196,7 +195,6 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
         # 1. the phase, 2. its kernel
         exploring = self._explores_now(chain)
         jumping = not exploring and self._jumps_now(chain)
-        chain.tempered = not (exploring or jumping) and self._tempers_now(chain)
         if jumping:
             info = independence_transition(
                 current, lambda q: self._evaluate(chain, q, with_grad=False),
@@ -261,7 +259,7 @@ class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, Chain
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
             "warning": warning,
-            **self._coverage_stats(chain),
+            **self._coverage_stats(chain, surrogate_step=not (exploring or jumping)),
             **self._extra_stats(chain),
         }
         return RaveledVars(info.point.q, q0.point_map_info), [stats]

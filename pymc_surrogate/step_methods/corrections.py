@@ -41,7 +41,7 @@ class Corrections:
 
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
         field = self._surrogate_field(chain)
-        if chain.tempered:  # tuning only (coverage.py)
+        if self._tempers_now(chain):  # tuning only (coverage.py)
             field = tempered(field, self._tuning_temperature())
         if self.correction == "hamiltonian":
             return surrogate_hmc_transition(

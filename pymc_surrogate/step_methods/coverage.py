@@ -46,7 +46,7 @@ class Coverage:
     """Mixin of ``SurrogateStep``: measure each new surrogate's coverage and temper it."""
 
     def _tempers_now(self, chain: ChainState) -> bool:
-        """Whether this tuning iteration's surrogate kernel runs tempered, ``U~ / T_tune``.
+        """Whether a surrogate step now runs tempered, ``U~ / T_tune`` (in tuning only).
 
         A surrogate is fitted to what the chain evaluated, and the chain evaluates only
         where the surrogate proposes: a fit too high in a region the exploration missed
@@ -112,9 +112,9 @@ class Coverage:
                 "increase `tune`.",
             )
 
-    def _coverage_stats(self, chain: ChainState) -> dict[str, float]:
+    def _coverage_stats(self, chain: ChainState, surrogate_step: bool) -> dict[str, float]:
         temperature = chain.coverage.temperature
-        if chain.tempered:
+        if surrogate_step and self._tempers_now(chain):
             temperature *= self._tuning_temperature()
         return {"surrogate_temperature": temperature,
                 "coverage_khat": chain.coverage.khat}

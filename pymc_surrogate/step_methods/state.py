@@ -131,7 +131,6 @@ class ChainState:
     health: HealthRecord = field(default_factory=HealthRecord)
     online: OnlineState = field(default_factory=OnlineState)
     coverage: CoverageState = field(default_factory=CoverageState)
-    tempered: bool = False  # coverage.py: this tuning iteration's kernel runs on U~ / T_tune
     # Warnings for the next draws' `warning` stat: PyMC logs that stat in the parent process
     # with any `cores`, where a warnings.warn in a worker process would be lost.
     pending_warnings: deque = field(default_factory=deque)
