@@ -136,6 +136,15 @@ test_banana_against_quadrature.known_defects = {
     # SkylakeX); black box, 10 seeds of 2 x (1000 + 2000): right at 0 of 10
     # (benchmarks/results/banana_coverage_baseline.md). `pytest -m experimental` runs it.
     "KernelHMC": "its surrogate does not cover the banana's arms (docs/design.md, Coverage)",
+    # Issue 34: with its gradient, a chain can miss the arms' tips for all its draws. At
+    # the suite's seed on PyMC 6 (AVX-512 machines, this and CI's): chain 0's tuning never
+    # reached beta1 < -1.8, its fit lies 4.5 nats too high at (-2, +-1.8) (3 nats above
+    # the mode) and 11-13 at beta1 = -2.5; no draw below -1.96 where chain 1 reached -2.76
+    # (chain sds 0.64 / 0.71, chi2 30.7 against 14.7). Seeds 0-9: the check passes at all,
+    # but the chains' shares below the reference's 1% quantile range 0.001-0.020 (pooled
+    # 0.0099): the tails come in bursts. Tempering its tuning (as a black box's): the
+    # same spread (0.003-0.017) at 60% of the ESS, 4 seeds; not landed.
+    "SurrogateHMC-gradient": "a chain's fit can miss the arms' tips (comment above)",
 }
 # CI: SurrogateHMC and SparseGridHMC (the curved posterior's two failure modes: a fit that
 # rises too fast, a box); the others under -m slow (45-60 s each on PyMC 6).
