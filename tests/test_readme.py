@@ -26,3 +26,10 @@ def test_the_readme_example_runs(monkeypatch, capsys):
     assert abs(float(posterior["rate"].mean()) - 0.7) < 0.08
     assert np.isfinite(posterior["rate"].values).all()
     assert "amplitude" in capsys.readouterr().out  # az.summary was printed
+
+
+def test_the_site_shows_the_readme_example():
+    # docs/getting_started.md carries the same example (the README's runs above)
+    page = (README.parent / "docs" / "getting_started.md").read_text()
+    example = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)[0]
+    assert example in page, "docs/getting_started.md no longer shows the README's example"
