@@ -33,3 +33,17 @@ def test_the_site_shows_the_readme_example():
     page = (README.parent / "docs" / "getting_started.md").read_text()
     example = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)[0]
     assert example in page, "docs/getting_started.md no longer shows the README's example"
+
+
+def test_the_getting_started_code_runs_in_order(monkeypatch, capsys):
+    page = README.parent / "docs" / "getting_started.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    assert len(blocks) >= 2, "the example and what it reports"
+    sample = pm.sample
+    monkeypatch.setattr(pm, "sample", lambda **kw: sample(**{**kw, "tune": 200, "draws": 200,
+                                                             "progressbar": False}))
+    namespace: dict = {"__name__": "getting_started"}
+    for block in blocks:
+        exec(compile(block, str(page), "exec"), namespace)
+    evals_per_ess = float(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0 < evals_per_ess < 100  # a few; every block ran and printed

@@ -328,6 +328,26 @@ def test_sparse_grid_precompute_through_an_executor_matches_the_model(server, ex
     np.testing.assert_allclose(grid["values"], [-logp({"theta": q}) for q in grid["nodes"]])
 
 
+def test_the_documented_examples_run(server, monkeypatch):
+    """docs/umbridge.md's code, as written, against this file's server ("linear" for the
+    page's "forward", its data for the page's ``data``; short chains on one core)."""
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "umbridge.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    assert len(blocks) == 2
+    sample = pm.sample
+    monkeypatch.setattr(pm, "sample", lambda **kw: sample(**{**kw, "tune": 100, "draws": 100,
+                                                             "cores": 1, "progressbar": False}))
+    namespace = {"__name__": "umbridge_page", "data": linear_problem()[1]}
+    for block in blocks:
+        code = block.replace('"http://127.0.0.1:4242", "forward"', f'"{server.url}", "linear"')
+        exec(compile(code, str(page), "exec"), namespace)
+    assert namespace["idata"].posterior.sizes["draw"] == 100
+    assert namespace["step"].precompute_["nodes"] > 0
+
+
 def test_the_core_package_does_not_import_umbridge():
     from tests.test_layers import PACKAGE, imported_modules
 
