@@ -35,11 +35,13 @@ INFINITE = "logp = +inf (an infinite density: fix the model there)"
 
 @dataclass
 class BatchResult:
-    """``logp`` at each point (NaN where it failed), the points retried, and the failures
-    that remained after the retry (row -> message)."""
+    """``logp`` at each point (NaN where it failed), the points retried, the evaluations
+    spent timing the batch (``executor`` or ``progressbar`` "auto"), and the failures that
+    remained after the retry (row -> message)."""
 
     logp: np.ndarray
     retried: int = 0
+    timed: int = 0
     errors: dict[int, str] = field(default_factory=dict)
 
 
@@ -47,13 +49,17 @@ def resolve_executor(executor, logp: Callable[[np.ndarray], float], points: np.n
     """``executor="auto"``: serial unless one timed logp says the batch takes long."""
     if executor != "auto":
         return executor
+    return "process" if _serial_seconds(logp, points) > PARALLEL_AFTER else "serial"
+
+
+def _serial_seconds(logp: Callable[[np.ndarray], float], points: np.ndarray) -> float:
+    """The batch's serial time, judged from one timed logp."""
     started = time.perf_counter()
     try:
         logp(points[0])
     except Exception:  # noqa: BLE001 - the batch reports failed points itself
         pass
-    seconds = time.perf_counter() - started
-    return "process" if seconds * points.shape[0] > PARALLEL_AFTER else "serial"
+    return (time.perf_counter() - started) * points.shape[0]
 
 
 def evaluate_logp(
@@ -64,7 +70,7 @@ def evaluate_logp(
     *,
     executor="auto",
     max_workers: int | None = None,
-    progressbar: bool = True,
+    progressbar: bool | str = True,
     label: str = "Model evaluations",
     owner: str = "pymc_surrogate",
 ) -> BatchResult:
@@ -81,7 +87,9 @@ def evaluate_logp(
         "process": a spawn ``ProcessPoolExecutor`` of ``max_workers`` processes (default
         the CPU count), created and shut down here.
     max_workers : int, optional
-    progressbar : bool
+    progressbar : bool or "auto"
+        "auto": shown when the batch would take more than ``PARALLEL_AFTER`` seconds
+        serially (one timed logp), so a cheap model's batch prints nothing.
     label : str
         The progress bar's text.
     owner : str
@@ -94,7 +102,13 @@ def evaluate_logp(
         failure); ``+inf`` is a failure with the message ``INFINITE``, never retried.
     """
     n = points.shape[0]
-    executor = resolve_executor(executor, functions.logp, points)
+    timed = int(progressbar == "auto" or executor == "auto")
+    if timed:
+        seconds = _serial_seconds(functions.logp, points)
+        if progressbar == "auto":
+            progressbar = seconds > PARALLEL_AFTER
+        if executor == "auto":
+            executor = "process" if seconds > PARALLEL_AFTER else "serial"
     close = None
     if executor in SERIAL:
         run = _serial_runner(_LocalLogp(functions))
@@ -107,7 +121,7 @@ def evaluate_logp(
             )
         run = _executor_runner(executor, function)
     chunks = _chunks(n, _chunk_size(n, executor, max_workers))
-    result = BatchResult(np.full(n, np.nan))
+    result = BatchResult(np.full(n, np.nan), timed=timed)
     try:
         with _Progress(progressbar, n, label) as progress:
             for rows, values in run([points[r] for r in chunks], chunks):

@@ -36,11 +36,11 @@ class GridPrecompute:
                 "raise `max_nodes`, or use SurrogateHMC / AdaptiveSurrogateHMC, whose "
                 "cost does not grow with a grid."
             ) from err
-        potentials, retried = self._precompute(nodes)
+        potentials, retried, timed = self._precompute(nodes)
         potentials, outside_support = fill_outside_support(potentials, nodes)
         grid.fit(nodes, potentials)
         return grid, {"nodes": int(nodes.shape[0]), "laplace_evals": laplace_evals,
-                      "model_evals": int(nodes.shape[0]) + retried + laplace_evals,
+                      "model_evals": int(nodes.shape[0]) + retried + timed + laplace_evals,
                       "seconds": time.perf_counter() - started, "retried": retried,
                       "outside_support": outside_support}
 
@@ -52,8 +52,9 @@ class GridPrecompute:
             return NaiveGrid(points_per_dim=self.level, max_nodes=self.max_nodes, transform=transform)
         return SmolyakGrid(level=self.level, max_nodes=self.max_nodes, transform=transform)
 
-    def _precompute(self, nodes: np.ndarray) -> tuple[np.ndarray, int]:
-        """``U`` at every node, through the executor; each failed node retried once."""
+    def _precompute(self, nodes: np.ndarray) -> tuple[np.ndarray, int, int]:
+        """``U`` at every node, through the executor, each failed node retried once; the
+        retries, and the evaluations that timed the batch."""
         n = nodes.shape[0]
         batch = evaluate_logp(nodes, self.functions, self._model, self.vars,
                               executor=self.executor, max_workers=self.max_workers,
@@ -77,7 +78,7 @@ class GridPrecompute:
                 f"unconstrained space):\n{lines}\nFix the model there, or shrink the domain "
                 "(bounds=, mean=/cov=, or a smaller k) to where its logp is finite."
             )
-        return -batch.logp, batch.retried
+        return -batch.logp, batch.retried, batch.timed
 
 
 def fill_outside_support(potentials: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, int]:

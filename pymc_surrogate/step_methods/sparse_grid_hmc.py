@@ -83,8 +83,11 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         (cloudpickle); a failed node is retried once, then reported with its coordinates.
     max_workers : int, optional
         Processes of the default executor (default: the CPU count).
-    progressbar : bool
-        Show the precompute's progress.
+    progressbar : bool or "auto"
+        Show the precompute's progress. "auto" (default): when the grid would take more than
+        ``PARALLEL_AFTER`` seconds (10) in this process, judged from one timed logp. The
+        grid is built when the step is constructed, before ``pm.sample``, so
+        ``pm.sample(progressbar=False)`` cannot hide it: pass ``progressbar=False`` here.
     exact : bool
         ``True`` (default): every draw is accepted with the true logp. ``False``: the
         paper's GHMC-complete (§5): after tuning, the acceptance uses the interpolated
@@ -155,7 +158,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         max_nodes: int = 1000,
         executor="auto",
         max_workers: int | None = None,
-        progressbar: bool = True,
+        progressbar: bool | str = "auto",
         exact: bool = True,
         correction: str = "surrogate_transition",
         n_inner: int | str = 1,
@@ -173,6 +176,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
             raise ValueError(f"max_nodes must be a positive integer; got {max_nodes!r}.")
         if level != "auto" and (not isinstance(level, int | np.integer) or level < 0):
             raise ValueError(f"level must be a non-negative integer or 'auto'; got {level!r}.")
+        if not (progressbar == "auto" or isinstance(progressbar, bool | np.bool_)):
+            raise ValueError(f"progressbar must be True, False or 'auto'; got {progressbar!r}.")
         if max_workers is not None and (not isinstance(max_workers, int | np.integer) or max_workers < 1):
             raise ValueError(f"max_workers must be None or a positive integer; got {max_workers!r}.")
         if not (executor in SERIAL or executor in ("auto", "process")

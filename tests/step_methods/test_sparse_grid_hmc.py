@@ -316,6 +316,7 @@ def test_exact_false_is_ghmc_complete_with_a_warning_and_a_stat():
         (dict(n_inner=0), "n_inner"),
         (dict(max_workers=0), "max_workers"),
         (dict(executor="threads"), "executor"),
+        (dict(progressbar="yes"), "progressbar"),
         (dict(bounds=([0.0, 1.0], [0.0, 2.0])), "zero width"),
         (dict(mean=MEAN), "mean and cov"),
         (dict(bounds=(-1.0, 1.0), mean=MEAN, cov=COV), "at most one"),
@@ -381,3 +382,18 @@ def test_a_black_box_conjugate_regression_is_recovered():
         idata = pm.sample(draws=1000, tune=800, step=step, random_seed=1,
                           **{**SAMPLE, "chains": 2})
     _assert_moments(_draws(idata, "beta"), mean, sd)
+
+
+def test_a_cheap_grid_prints_no_progress_bar_by_default(capsys, monkeypatch):
+    # progressbar="auto": shown only when the grid would take over PARALLEL_AFTER seconds
+    from pymc_surrogate.step_methods import batch_evaluation
+
+    shown = []
+    real = batch_evaluation._Progress
+    monkeypatch.setattr(batch_evaluation, "_Progress",
+                        lambda show, *a: shown.append(show) or real(show, *a))
+    with gaussian_model(MEAN, COV):
+        SparseGridHMC(executor="serial", max_nodes=60, rng=1)
+        monkeypatch.setattr(batch_evaluation, "PARALLEL_AFTER", 0.0)  # "an expensive model"
+        SparseGridHMC(executor="serial", max_nodes=60, rng=1)
+    assert shown == [False, True]
