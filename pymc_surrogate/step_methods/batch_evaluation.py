@@ -189,6 +189,12 @@ class _LocalLogp:
 #: shared storage, so threads sharing one (a ThreadPoolExecutor, a Dask worker's threads)
 #: returned each other's values (PyMC 5: 45-60 of 100 nodes wrong).
 _WORKER_CACHE = threading.local()
+#: One compilation at a time in a process: PyTensor sets the global ``config.mode`` while it
+#: rewrites a graph (``config.change_flags`` in ``FunctionMaker``), and two threads that
+#: interleave restore each other's value: after a thread pool compiled a black box with the
+#: C backend, every later function of the process compiled with C (PyMC 6's other draws
+#: changed).
+_COMPILE_LOCK = threading.Lock()
 
 
 class _NodeLogp:
@@ -221,8 +227,9 @@ class _NodeLogp:
         if logp is None:
             model, names, point = cloudpickle.loads(self.payload)
             by_name = {v.name: v for v in model.value_vars}
-            functions = ModelFunctions(model, [by_name[name] for name in names], point,
-                                       use_gradient=False)
+            with _COMPILE_LOCK:
+                functions = ModelFunctions(model, [by_name[name] for name in names], point,
+                                           use_gradient=False)
             logp = cache[self.key] = functions.logp
         return logp
 

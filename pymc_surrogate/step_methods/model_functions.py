@@ -149,27 +149,27 @@ def compile_mode(outputs, compile_kwargs: dict) -> dict:
 
 
 def _object_mode_ops(outputs) -> set[str]:
-    """Names of the Ops in the graph of ``outputs`` with no Numba implementation, when the
-    default backend is Numba (empty otherwise: PyTensor 2 compiles with C)."""
+    """Names of the Ops that the default backend, when it is Numba, would run in object
+    mode: those of the graph of ``outputs`` *after* the default mode's rewrites (which
+    remove Ops such as a ``Blockwise`` over a constant: MvNormal's graph holds one that no
+    compiled function keeps), with no Numba implementation. Empty where the default
+    backend is not Numba (PyTensor 2 compiles with C)."""
     from pytensor.compile.mode import get_default_mode
+    from pytensor.graph.fg import FunctionGraph
 
-    if type(get_default_mode().linker).__name__ != "NumbaLinker":
+    mode = get_default_mode()
+    if type(mode.linker).__name__ != "NumbaLinker":
         return set()
     try:
+        import pytensor.link.numba.dispatch  # noqa: F401 - registers every implementation
         from pytensor.link.numba.dispatch.basic import numba_funcify
     except ImportError:  # numba missing: PyTensor falls back itself
         return set()
     fallback = numba_funcify.dispatch(object)
-    found, seen, stack = set(), set(), list(outputs)
-    while stack:
-        node = stack.pop().owner
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if numba_funcify.dispatch(type(node.op)) is fallback:
-            found.add(type(node.op).__name__)
-        stack.extend(node.inputs)
-    return found
+    fgraph = FunctionGraph(outputs=list(outputs), clone=True)
+    mode.excluding("inplace").optimizer.rewrite(fgraph)  # inplace needs a compiled function's aliasing
+    return {type(node.op).__name__ for node in fgraph.apply_nodes
+            if numba_funcify.dispatch(type(node.op)) is fallback}
 
 
 def symbolic_gradient(logp, wrt):

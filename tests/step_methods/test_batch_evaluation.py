@@ -68,3 +68,20 @@ def test_values_retries_and_failures(executor):
     assert result.errors[3] == INFINITE
     if executor == "serial":
         assert ScriptedLogp.calls[3.0] == 1 and ScriptedLogp.calls[2.0] == 2
+
+
+def test_a_thread_pool_leaves_the_default_backend_alone():
+    # Worker threads compile the model; PyTensor sets the global config.mode while it
+    # rewrites, and interleaved threads left it at the C backend (PyMC 6): every later
+    # function of the process then compiled with C. Compilation is serialised (without
+    # the lock this test failed at 5 of 8 runs on PyMC 6).
+    from pytensor.compile.mode import get_default_mode
+
+    before = type(get_default_mode().linker)
+    model, value_vars, functions = _functions()
+    points = np.column_stack([np.linspace(5.0, 6.0, 80), np.zeros(80)])
+    with ThreadPoolExecutor(8) as pool:
+        result = evaluate_logp(points, functions, model, value_vars, progressbar=False,
+                               executor=pool, max_workers=8)
+    np.testing.assert_allclose(result.logp, -0.5 * points[:, 0] ** 2)
+    assert type(get_default_mode().linker) is before

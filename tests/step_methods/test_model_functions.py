@@ -55,8 +55,10 @@ def test_a_python_op_on_numba_compiles_with_c_and_says_so_once(caplog, monkeypat
 
 @pytest.mark.skipif(not NUMBA_DEFAULT, reason="PyTensor 2 compiles with C by default")
 def test_a_pure_pymc_model_and_a_users_mode_are_left_alone():
+    # MvNormal's graph holds a Blockwise with no Numba implementation until the rewrites
+    # remove it: judged before them, every MvNormal model went to C (and its draws changed)
     with pm.Model():
-        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.MvNormal("x", np.zeros(3), np.eye(3) + 0.5)
         assert _linker(SurrogateHMC()) == "NumbaLinker"
     with _black_box():
         assert _linker(SurrogateHMC(compile_kwargs={"mode": "NUMBA"})) == "NumbaLinker"
