@@ -116,7 +116,7 @@ class ModelFunctions:
         return self.logp(q), grad
 
 
-#: Python Ops already reported by ``compile_mode`` (it says so once per Op type).
+#: The sets of Ops already reported by ``compile_mode`` (it says so once for each).
 _TOLD: set[str] = set()
 
 
@@ -126,11 +126,11 @@ def compile_mode(outputs, compile_kwargs: dict) -> dict:
 
     PyTensor 3 compiles with Numba, which runs an Op without a Numba implementation (every
     Python ``Op``: a black-box likelihood, a solver, a model server) through Python in
-    object mode, and the whole graph around it with it. On PyTensor 3.3.8 (PyMC 6.4, this
-    machine): logistic regression, N = 1e4, d = 50, with one Python Op in the graph,
-    ``logp_and_grad`` 5.7 ms a call under Numba and 1.4 ms under CVM; a small black-box
-    likelihood (the README's) 12-14 us against 9 us. Pure PyMC models, whose Ops all have
-    Numba implementations, keep the default. A ``mode`` the user gives is kept.
+    object mode, and the graph around it with it. PyMC 6.4 / PyTensor 3.3.8: a logistic
+    regression (N = 1e4, d = 50) whose parameters pass through a Python Op, 4.97-5.91 ms a
+    logp call under Numba and 0.66-1.14 ms under CVM; the README's small black box,
+    12.1-13.1 against 7.2-8.6 us. Pure PyMC models, whose Ops all have Numba
+    implementations, keep the default. A ``mode`` the user gives is kept.
     """
     if "mode" in compile_kwargs:
         return compile_kwargs
@@ -166,10 +166,16 @@ def _object_mode_ops(outputs) -> set[str]:
     except ImportError:  # numba missing: PyTensor falls back itself
         return set()
     fallback = numba_funcify.dispatch(object)
+
+    def slow(nodes) -> set[str]:
+        return {type(node.op).__name__ for node in nodes
+                if numba_funcify.dispatch(type(node.op)) is fallback}
+
     fgraph = FunctionGraph(outputs=list(outputs), clone=True)
+    if not slow(fgraph.apply_nodes):  # rewriting (0.4 s for an MvNormal) only when needed
+        return set()
     mode.excluding("inplace").optimizer.rewrite(fgraph)  # inplace needs a compiled function's aliasing
-    return {type(node.op).__name__ for node in fgraph.apply_nodes
-            if numba_funcify.dispatch(type(node.op)) is fallback}
+    return slow(fgraph.apply_nodes)
 
 
 def symbolic_gradient(logp, wrt):
