@@ -23,7 +23,7 @@ import numpy as np
 
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
 
-__all__ = ["BatchResult", "INFINITE", "SERIAL", "evaluate_logp", "resolve_executor"]
+__all__ = ["BatchResult", "INFINITE", "SERIAL", "evaluate_logp"]
 
 SERIAL = ("serial", None)
 #: executor="auto" evaluates in worker processes only past this many seconds of serial
@@ -43,13 +43,6 @@ class BatchResult:
     retried: int = 0
     timed: int = 0
     errors: dict[int, str] = field(default_factory=dict)
-
-
-def resolve_executor(executor, logp: Callable[[np.ndarray], float], points: np.ndarray):
-    """``executor="auto"``: serial unless one timed logp says the batch takes long."""
-    if executor != "auto":
-        return executor
-    return "process" if _serial_seconds(logp, points) > PARALLEL_AFTER else "serial"
 
 
 def _serial_seconds(logp: Callable[[np.ndarray], float], points: np.ndarray) -> float:
