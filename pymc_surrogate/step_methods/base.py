@@ -37,6 +37,7 @@ from pymc_surrogate.step_methods.exploration import Exploration
 from pymc_surrogate.step_methods.health import ChainHealth
 from pymc_surrogate.step_methods.heavy_tails import TailJumps
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
+from pymc_surrogate.step_methods.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.refit import Refits
 from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, gradient_setting
 from pymc_surrogate.step_methods.settings import block_variables, check_settings
@@ -51,7 +52,7 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, Coverage, Exploration, TailJumps, ChainHealth,
+class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, TailJumps, ChainHealth,
                     ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 

@@ -3,7 +3,7 @@
 A refit re-estimates the posterior scale and the mass matrix, fits a new surrogate (through
 the ``Surrogate`` protocol: ``fit`` and ``value_and_grad`` only), rejects fits whose own
 draws fall into a spurious well (trying ``tamer_settings`` in turn), and re-adapts the mass
-matrix and step size on the surrogate, at no model evaluation.
+matrix (``mass_matrix.py``) and step size on the surrogate, at no model evaluation.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import itertools
 from typing import Any
 
 import numpy as np
-from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
 from pymc.stats.convergence import WarningType
 
-from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.core.adaptation import SurrogateWarmUp, warm_up_on_surrogate
 from pymc_surrogate.core.types import TransitionInfo
 from pymc_surrogate.step_methods.coverage import tempered
@@ -212,12 +210,6 @@ class Refits:
         chain.explore.paused = False
         chain.counts.fits += 1
 
-    def _metric(self, scale: Whitening):
-        rng = self.rng.spawn(1)[0]
-        if scale.dense:
-            return QuadPotentialFull(scale.covariance, rng=rng)
-        return QuadPotentialDiag(scale.covariance, rng=rng)
-
     def _warm_up(self, chain: ChainState, chain_scale: Whitening, field,
                  initial_step: float, n_samples: int = 0) -> SurrogateWarmUp:
         """HMC on ``field`` (``q -> (U~, dU~/dq)``) alone with the chain's metric: no
@@ -295,98 +287,6 @@ class Refits:
             surrogate = copy.copy(surrogate)
         chain.surrogate = surrogate
 
-    def _adapt_to_surrogate(
-        self, chain: ChainState, chain_scale: Whitening, warm_up: SurrogateWarmUp
-    ) -> None:
-        """Mass matrix and step size from the surrogate's own draws: no model evaluation.
-
-        A chain that explored badly in tuning (a direction it barely moved in) leaves a
-        collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
-        re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
-        so a surrogate that is wrong far from the data cannot blow the metric up.
-        """
-        step, samples = warm_up.step_size, warm_up.samples
-        field = self._surrogate_field(chain)
-        for round_ in range(self.tuning.metric_rounds):
-            if not (np.all(np.isfinite(samples)) and len(np.unique(samples, axis=0)) > self.dim):
-                break
-            # Draws that crawl in the slow directions of a poor first metric: more of them
-            # (surrogate evaluations only) until they measure the scale or hit the cap.
-            mixes = _mixes(samples, self.tuning.min_metric_sample_ess)
-            while not mixes and len(samples) * 4 <= self.tuning.max_metric_samples:
-                warm_up = self._warm_up(chain, chain_scale, field, step, 4 * len(samples))
-                step, samples = warm_up.step_size, warm_up.samples
-                mixes = _mixes(samples, self.tuning.min_metric_sample_ess)
-            if not mixes:
-                break
-            dense = self._dense_metric(chain, samples)
-            sampled = Whitening.from_samples(samples, dense=dense, frame=self._scale_frame())
-            if not dense:
-                trust = self.tuning.metric_trust
-                chain_var = chain_scale.covariance
-                if chain_scale.dense:  # "auto" found the states correlated, the draws not
-                    chain_var = np.diag(chain_var)
-                ratio = np.clip(sampled.covariance / chain_var, 1 / trust, trust)
-                sampled = Whitening(sampled.mean, np.sqrt(chain_var * ratio))
-            chain.metric = self._metric(sampled)
-            # Draws made with a poor metric are autocorrelated in its slow directions:
-            # another round, at the better metric, measures them again.
-            last = round_ == self.tuning.metric_rounds - 1
-            warm_up = self._warm_up(chain, chain_scale, field, step,
-                                    0 if last else max(200, 4 * self.dim))
-            step, samples = warm_up.step_size, warm_up.samples
-        chain.step_adapt = self._step_size_adaptation(step)
-
-    def _scale_frame(self) -> Whitening | None:
-        """A scale known before sampling, in which mass matrices are estimated (None: the
-        parameters' own; SparseGridHMC: its box's Gaussian)."""
-        return None
-
-    def _dense_metric(self, chain: ChainState, samples: np.ndarray) -> bool:
-        """Whether to give the surrogate trajectories a dense mass matrix (``dense_mass``).
-
-        ``"auto"``: when both the surrogate's own draws and the chain's late tuning states
-        (draws of the true posterior) are strongly correlated: each correlation matrix far
-        worse conditioned than the sampling noise of its ``n`` draws alone makes it. A
-        diagonal metric on a strongly correlated posterior makes trajectories crawl at the
-        narrowest direction's step (20-d linear inverse problem, condition number 1e8: 8.1
-        model evaluations per effective sample against 2.0 dense); the chain's states
-        guard against a poor surrogate's spurious correlation (a Gaussian fitted to a
-        banana: correlation condition 50-90 where the posterior's is 3; dense, its chain
-        never moved).
-        """
-        if self.dense_mass != "auto":
-            return bool(self.dense_mass)
-        states = self._late_tuning_states(chain)[0]
-        return _strongly_correlated(samples, self.tuning.dense_correlation_margin) and (
-            _strongly_correlated(states, self.tuning.dense_correlation_margin)
-        )
-
-    def _dense_chain_scale(self, chain: ChainState) -> bool:
-        """Whether the mass matrix the surrogate is first sampled with is dense.
-
-        ``"auto"``: when the chain's late tuning states are strongly correlated *and* so
-        is the Laplace probe of the exploration (a Newton-Hessian or value-regression
-        Gaussian, ``exploration.py``; correlation matrix conditioned beyond
-        ``Tuning.dense_scale_margin``). The surrogate's draws that set the final mass
-        matrix (``_adapt_to_surrogate``) are only as good as the metric they were made
-        with: with a diagonal one on a ridge (intercept-slope correlation -0.9999, probe
-        condition ~1e5) two rounds recovered a sd of 13 of 30. States alone mislead: a
-        banana chain that stalled on a line had states conditioned 346, and a dense start
-        left it at bulk ESS 8 of 12000.
-        """
-        if self.dense_mass != "auto":
-            return bool(self.dense_mass)
-        probe = chain.explore.probe
-        if probe is None:
-            return False
-        scale = np.sqrt(np.diag(probe.cov))
-        eigs = np.linalg.eigvalsh(probe.cov / np.outer(scale, scale))
-        if not eigs.min() * self.tuning.dense_scale_margin < eigs.max():
-            return False
-        states = self._late_tuning_states(chain)[0]
-        return _strongly_correlated(states, self.tuning.dense_correlation_margin)
-
     def _online_failed(self, chain: ChainState, err: Exception) -> None:
         """A numerically broken online update: keep the last good surrogate, stop learning
         until the next batch fit (recursive least squares can lose positive definiteness
@@ -406,26 +306,3 @@ class Refits:
         current context, at the temperature that makes it cover the posterior
         (coverage.py)."""
         return tempered(self.context.field(chain.surrogate), chain.coverage.temperature)
-
-
-def _mixes(samples: np.ndarray, min_ess: float) -> bool:
-    """Whether every coordinate of the surrogate draws ``samples`` (n, d) has a bulk ESS of
-    at least ``min_ess``: draws that barely moved measure their sampler, not the scale
-    (kilpisjarvi: 200 draws that crawled gave an intercept sd of 1.6 where the posterior's
-    is 30, and the metric made from them kept the chain at ESS 4 in 400 draws)."""
-    return all(bulk_ess(column) >= min_ess for column in samples.T)
-
-
-def _strongly_correlated(draws: np.ndarray, margin: float) -> bool:
-    """Whether the correlation matrix of ``draws`` (n, d) is more than ``margin`` times
-    worse conditioned than ``n`` independent draws would make it by chance (the
-    Marchenko-Pastur edges ``((1 + r) / (1 - r))^2``, ``r = sqrt(d / n)``)."""
-    n, dim = draws.shape
-    ratio = np.sqrt(dim / max(n, 1))
-    if dim < 2 or ratio >= 0.9 or not np.all(np.isfinite(draws)):
-        return False
-    with np.errstate(invalid="ignore", divide="ignore"):
-        eigs = np.linalg.eigvalsh(np.corrcoef(draws, rowvar=False))
-    if not np.all(np.isfinite(eigs)) or eigs.min() <= 0:
-        return False
-    return bool(eigs.max() / eigs.min() > margin * ((1 + ratio) / (1 - ratio)) ** 2)

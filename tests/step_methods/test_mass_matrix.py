@@ -1,4 +1,4 @@
-"""The metric a chain leaves tuning with (``step_methods/refit.py``)."""
+"""The metric a chain leaves tuning with (``step_methods/mass_matrix.py``)."""
 
 from __future__ import annotations
 
