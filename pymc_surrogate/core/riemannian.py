@@ -1,0 +1,242 @@
+"""Riemannian manifold HMC on a field with Hessians and third derivatives.
+
+The metric is SoftAbs (Betancourt 2013, "A general metric for Riemannian manifold
+Hamiltonian Monte Carlo"): the Hessian ``H = Q diag(lam) Q^T`` of the potential with its
+eigenvalues mapped to ``f(lam) = lam coth(alpha lam)``, positive definite where ``U`` is not
+convex, ``|lam|`` for large ``alpha |lam|`` and ``1 / alpha`` near zero. The Hamiltonian
+``U(q) + 1/2 log det G(q) + 1/2 p^T G(q)^-1 p`` is not separable; the generalised
+leapfrog (Girolami & Calderhead 2011, eq. 16-18) integrates it with two implicit
+half-steps solved by fixed-point iteration. A step whose fixed point does not converge,
+or a trajectory that does not retrace itself when run back from its end with the
+momentum reversed, is a divergence: it is never accepted, so the kernel stays reversible.
+
+A ``field`` here is ``q -> (U, dU/dq, d2U/dq2, d3U/dq3)`` with shapes ``(), (d,), (d, d),
+(d, d, d)``. On a surrogate it costs no model evaluation (rns-hmc §3.4, RNS-RMHMC).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_surrogate.core.metropolis import metropolis_accept
+
+__all__ = [
+    "Field3",
+    "Geometry",
+    "RiemannianMove",
+    "geometry",
+    "hamiltonian",
+    "leapfrog_step",
+    "riemannian_move",
+    "sample_momentum",
+    "softabs",
+]
+
+Field3 = Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray, np.ndarray]]
+
+#: ``alpha |lam|`` below which ``lam coth(alpha lam)`` is evaluated by its series.
+_SERIES_BELOW = 1e-4
+
+
+def softabs(lam: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """``f(lam) = lam coth(alpha lam)`` and ``f'(lam)``, elementwise and overflow-free."""
+    x = alpha * np.asarray(lam, dtype=np.float64)
+    ax = np.abs(x)
+    small = ax < _SERIES_BELOW
+    safe = np.where(small, 1.0, ax)
+    # coth|x| and 1 / sinh^2|x| through e^{-2|x|}, which cannot overflow.
+    e = np.exp(-2.0 * safe)
+    coth = (1.0 + e) / (1.0 - e)
+    inv_sinh2 = 4.0 * e / (1.0 - e) ** 2
+    f = np.where(small, (1.0 + x * x / 3.0) / alpha, ax * coth / alpha)
+    df = np.where(small, 2.0 * x / 3.0, np.sign(x) * (coth - ax * inv_sinh2))
+    return f, df
+
+
+class Geometry(NamedTuple):
+    """The field and its SoftAbs metric at one position."""
+
+    q: np.ndarray
+    potential: float
+    grad: np.ndarray
+    eigvecs: np.ndarray  # Q: the Hessian's eigenvectors (columns)
+    metric_eigvals: np.ndarray  # f(lam): the metric's eigenvalues
+    divided: np.ndarray  # J: (f_k - f_l) / (lam_k - lam_l), f'(lam_k) on the diagonal
+    rotated_third: np.ndarray  # M_i = Q^T (d/dq_i H) Q, shape (d, d, d)
+    grad_phi: np.ndarray  # d/dq [U + 1/2 log det G]
+
+    @property
+    def finite(self) -> bool:
+        return bool(np.isfinite(self.potential) and np.all(np.isfinite(self.grad_phi)))
+
+
+def geometry(q: np.ndarray, field: Field3, alpha: float) -> Geometry:
+    """Evaluate ``field`` at ``q`` and build the SoftAbs metric and its derivatives.
+
+    ``dG/dq_i = Q (J o M_i) Q^T`` (Betancourt 2013, eq. 22), so
+    ``tr(G^-1 dG/dq_i) = sum_k f'(lam_k) / f(lam_k) (M_i)_kk``.
+    """
+    potential, grad, hessian, third = field(q)
+    lam, vecs = np.linalg.eigh(0.5 * (hessian + hessian.T))
+    f, df = softabs(lam, alpha)
+    gap = lam[:, None] - lam[None, :]
+    close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        divided = np.where(close, 0.5 * (df[:, None] + df[None, :]),
+                           (f[:, None] - f[None, :]) / np.where(close, 1.0, gap))
+    rotated = np.einsum("ak,iab,bl->ikl", vecs, third, vecs, optimize=True)
+    trace = np.einsum("ikk->ik", rotated) @ (df / f)
+    return Geometry(np.asarray(q, dtype=np.float64), float(potential), np.asarray(grad),
+                    vecs, f, divided, rotated, np.asarray(grad) + 0.5 * trace)
+
+
+def _whitened(geom: Geometry, p: np.ndarray) -> np.ndarray:
+    """``u = diag(1/f) Q^T p``: ``G^-1 p = Q u``."""
+    return (geom.eigvecs.T @ p) / geom.metric_eigvals
+
+
+def _velocity(geom: Geometry, p: np.ndarray) -> np.ndarray:
+    return geom.eigvecs @ _whitened(geom, p)
+
+
+def _grad_kinetic_quadratic(geom: Geometry, p: np.ndarray) -> np.ndarray:
+    """``d/dq_i (1/2 p^T G^-1 p) = -1/2 u^T (J o M_i) u``."""
+    u = _whitened(geom, p)
+    return -0.5 * np.einsum("k,ikl,kl,l->i", u, geom.rotated_third, geom.divided, u,
+                            optimize=True)
+
+
+def _grad_q(geom: Geometry, p: np.ndarray) -> np.ndarray:
+    return geom.grad_phi + _grad_kinetic_quadratic(geom, p)
+
+
+def hamiltonian(geom: Geometry, p: np.ndarray) -> float:
+    """``U + 1/2 log det G + 1/2 p^T G^-1 p`` (the constant ``d/2 log 2 pi`` left out)."""
+    rotated = geom.eigvecs.T @ p
+    return float(geom.potential + 0.5 * np.sum(np.log(geom.metric_eigvals))
+                 + 0.5 * np.sum(rotated**2 / geom.metric_eigvals))
+
+
+def sample_momentum(geom: Geometry, rng: np.random.Generator) -> np.ndarray:
+    """``p ~ N(0, G(q))``."""
+    return geom.eigvecs @ (np.sqrt(geom.metric_eigvals) * rng.standard_normal(geom.q.shape[0]))
+
+
+class LeapfrogStep(NamedTuple):
+    geom: Geometry
+    p: np.ndarray
+    iterations: int  # fixed-point iterations of both implicit half-steps
+    converged: bool
+
+
+def leapfrog_step(geom: Geometry, p: np.ndarray, step_size: float, field: Field3,
+                  alpha: float, tol: float = 1e-8, max_iter: int = 50) -> LeapfrogStep:
+    """One generalised leapfrog step (Girolami & Calderhead 2011, eq. 16-18).
+
+    ``p_half = p - eps/2 dH/dq(q, p_half)`` and ``q' = q + eps/2 (G(q)^-1 +
+    G(q')^-1) p_half`` by fixed-point iteration to ``tol`` (max-norm, relative to the
+    iterate's scale), then ``p' = p_half - eps/2 dH/dq(q', p_half)``.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # a blow-up is a non-convergence
+        return _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter)
+
+
+def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogStep:
+    half = 0.5 * step_size
+    iterations, converged = 0, False
+    p_half = p - half * _grad_q(geom, p)
+    for _ in range(max_iter):
+        iterations += 1
+        new = p - half * _grad_q(geom, p_half)
+        change = np.max(np.abs(new - p_half)) / (1.0 + np.max(np.abs(new)))
+        p_half = new
+        if not np.all(np.isfinite(p_half)):
+            break
+        if change < tol:
+            converged = True
+            break
+    if not converged:
+        return LeapfrogStep(geom, p_half, iterations, False)
+    start_velocity = _velocity(geom, p_half)
+    q_new = geom.q + step_size * start_velocity
+    end, converged = geom, False
+    for _ in range(max_iter):
+        iterations += 1
+        end = geometry(q_new, field, alpha)
+        if not end.finite:
+            break
+        new = geom.q + half * (start_velocity + _velocity(end, p_half))
+        change = np.max(np.abs(new - q_new)) / (1.0 + np.max(np.abs(new)))
+        q_new = new
+        if change < tol:
+            converged = True
+            break
+    if not converged:
+        return LeapfrogStep(end, p_half, iterations, False)
+    end = geometry(q_new, field, alpha)
+    if not end.finite:
+        return LeapfrogStep(end, p_half, iterations, False)
+    return LeapfrogStep(end, p_half - half * _grad_q(end, p_half), iterations, True)
+
+
+class RiemannianMove(NamedTuple):
+    """One Metropolis-adjusted Riemannian HMC move on a field."""
+
+    geom: Geometry  # where the chain is after the move
+    accepted: bool
+    accept_prob: float
+    diverged: bool
+    energy_error: float
+    n_steps: int
+    fixed_point_iterations: float  # per leapfrog step
+    implicit_failures: int  # steps whose fixed point did not converge (0 or 1)
+    irreversible: bool  # the trajectory did not retrace itself
+
+
+def riemannian_move(start: Geometry, field: Field3, alpha: float, step_size: float,
+                    n_steps: int, rng: np.random.Generator, tol: float = 1e-8,
+                    max_iter: int = 50, max_energy_error: float = 1000.0,
+                    reversibility_tol: float = 1e-5) -> RiemannianMove:
+    """Riemannian HMC on ``field``: exact for ``exp(-U)`` of that field.
+
+    A fresh momentum from ``N(0, G(q))``, ``n_steps`` generalised leapfrog steps, and the
+    Metropolis test on the Hamiltonian. Diverging (rejected without a test): an implicit
+    half-step that does not converge, an energy error above ``max_energy_error``, or a
+    trajectory that, run back from its end with the momentum reversed, misses its start
+    by more than ``reversibility_tol`` (relative, max-norm) -- an implicit integrator is
+    reversible only where its fixed points are unique.
+    """
+    p0 = sample_momentum(start, rng)
+    h0 = hamiltonian(start, p0)
+    geom, p, iterations = start, p0, 0
+    for step in range(n_steps):
+        result = leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter)
+        iterations += result.iterations
+        geom, p = result.geom, result.p
+        if not result.converged:
+            return _diverged(start, h0, step + 1, iterations, implicit=True)
+    error = hamiltonian(geom, p) - h0
+    if not np.isfinite(error) or error > max_energy_error:
+        return _diverged(start, h0, n_steps, iterations, implicit=False, error=error)
+    back, p_back = geom, -p
+    for _ in range(n_steps):
+        result = leapfrog_step(back, p_back, step_size, field, alpha, tol, max_iter)
+        back, p_back = result.geom, result.p
+        if not result.converged:
+            break
+    scale = 1.0 + np.max(np.abs(start.q))
+    if not (result.converged and np.max(np.abs(back.q - start.q)) <= reversibility_tol * scale):
+        return RiemannianMove(start, False, 0.0, True, error, n_steps,
+                              iterations / n_steps, 0, True)
+    accepted, prob = metropolis_accept(-error, rng)
+    return RiemannianMove(geom if accepted else start, accepted, prob, False, error, n_steps,
+                          iterations / n_steps, 0, False)
+
+
+def _diverged(start: Geometry, h0: float, n_steps: int, iterations: int, implicit: bool,
+              error: float = np.inf) -> RiemannianMove:
+    return RiemannianMove(start, False, 0.0, True, float(error) if np.isfinite(error) else np.inf,
+                          n_steps, iterations / max(n_steps, 1), int(implicit), False)

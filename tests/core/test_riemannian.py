@@ -1,0 +1,153 @@
+"""Riemannian HMC with the SoftAbs metric (``core/riemannian.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from pymc_surrogate.compat import bulk_ess
+from pymc_surrogate.core import riemannian
+from pymc_surrogate.core.riemannian import (
+    geometry,
+    hamiltonian,
+    leapfrog_step,
+    riemannian_move,
+    softabs,
+)
+
+ALPHA = 1.0
+FUNNEL_SD = 3.0
+
+
+def funnel(q: np.ndarray):
+    """Neal's funnel ``v ~ N(0, 3^2)``, ``x_j | v ~ N(0, e^v)``: U and its first three
+    derivatives, in closed form."""
+    v, x = q[0], q[1:]
+    n, e, s = x.size, np.exp(-q[0]), float(q[1:] @ q[1:])
+    value = v * v / (2 * FUNNEL_SD**2) + 0.5 * e * s + 0.5 * n * v
+    grad = np.concatenate([[v / FUNNEL_SD**2 - 0.5 * e * s + 0.5 * n], e * x])
+    hess = np.zeros((n + 1, n + 1))
+    hess[0, 0] = 1 / FUNNEL_SD**2 + 0.5 * e * s
+    hess[0, 1:] = hess[1:, 0] = -e * x
+    hess[1:, 1:] = e * np.eye(n)
+    third = np.zeros((n + 1,) * 3)
+    third[0, 0, 0] = -0.5 * e * s
+    for j in range(1, n + 1):
+        for idx in ((0, 0, j), (0, j, 0), (j, 0, 0)):
+            third[idx] = e * x[j - 1]
+        for idx in ((0, j, j), (j, 0, j), (j, j, 0)):
+            third[idx] = -e
+    return value, grad, hess, third
+
+
+def test_softabs_is_lam_coth_alpha_lam_with_its_derivative():
+    lam = np.array([-30.0, -2.0, -1e-3, 1e-9, 0.0, 5e-6, 0.7, 40.0])
+    alpha = 3.0
+    f, df = softabs(lam, alpha)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = np.where(lam == 0, 1 / alpha, lam / np.tanh(alpha * lam))
+    np.testing.assert_allclose(f, expected, rtol=1e-10)
+    h = 1e-6
+    numeric = (softabs(lam + h, alpha)[0] - softabs(lam - h, alpha)[0]) / (2 * h)
+    np.testing.assert_allclose(df, numeric, rtol=1e-5, atol=1e-8)
+    big, dbig = softabs(np.array([-1e8, 1e8]), 1e6)  # no overflow: |lam| and its sign
+    np.testing.assert_allclose(big, [1e8, 1e8])
+    np.testing.assert_allclose(dbig, [-1.0, 1.0])
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1e6])
+def test_hamiltonian_gradient_matches_finite_differences(alpha):
+    rng = np.random.default_rng(1)
+    q, p = np.array([0.3, -0.8, 0.5]), rng.standard_normal(3)
+    geom = geometry(q, funnel, alpha)
+    analytic = riemannian._grad_q(geom, p)
+    h = 1e-6
+    numeric = np.array([
+        (hamiltonian(geometry(q + h * e, funnel, alpha), p)
+         - hamiltonian(geometry(q - h * e, funnel, alpha), p)) / (2 * h)
+        for e in np.eye(3)
+    ])
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-7)
+
+
+def test_leapfrog_retraces_itself_and_conserves_energy_to_second_order():
+    rng = np.random.default_rng(2)
+    start = geometry(np.array([1.0, 0.4, -0.9]), funnel, ALPHA)
+    p0 = riemannian.sample_momentum(start, rng)
+    errors = []
+    for eps in (0.1, 0.05):
+        geom, p = start, p0
+        for _ in range(int(round(0.5 / eps))):
+            step = leapfrog_step(geom, p, eps, funnel, ALPHA, tol=1e-10)
+            assert step.converged
+            geom, p = step.geom, step.p
+        errors.append(abs(hamiltonian(geom, p) - hamiltonian(start, p0)))
+        back, pb = geom, -p
+        for _ in range(int(round(0.5 / eps))):
+            step = leapfrog_step(back, pb, eps, funnel, ALPHA, tol=1e-10)
+            back, pb = step.geom, step.p
+        np.testing.assert_allclose(back.q, start.q, atol=1e-8)
+        np.testing.assert_allclose(-pb, p0, atol=1e-7)
+    # halving the step divides the energy error by about 4
+    assert errors[1] < errors[0] / 2.5
+
+
+def test_a_step_that_does_not_converge_is_a_divergence():
+    start = geometry(np.array([1.0, 0.4, -0.9]), funnel, ALPHA)
+    move = riemannian_move(start, funnel, ALPHA, step_size=5.0, n_steps=3,
+                           rng=np.random.default_rng(3), max_iter=3)
+    assert move.diverged and not move.accepted
+    assert move.geom is start
+
+
+def _funnel_draws(n_draws: int, seed: int) -> np.ndarray:
+    """v of RMHMC draws on the 2-d funnel, a jittered number of steps each."""
+    rng = np.random.default_rng(seed)
+    geom = riemannian.geometry(np.array([0.0, 0.5]), funnel, ALPHA)
+    draws = np.empty(n_draws)
+    for i in range(n_draws):
+        n_steps = int(rng.integers(3, 8))  # a jittered path: no periodicity
+        geom = riemannian_move(geom, funnel, ALPHA, 0.35, n_steps, rng).geom
+        draws[i] = geom.q[0]
+    return draws
+
+
+def _z_scores(v: np.ndarray) -> tuple[float, float]:
+    """Mean and sd of ``v`` against N(0, 3^2) in Monte Carlo standard errors (bulk ESS;
+    a Gaussian's sd has standard error sd / sqrt(2 ESS))."""
+    ess = bulk_ess(v)
+    z_mean = v.mean() / (FUNNEL_SD / np.sqrt(ess))
+    z_sd = (v.std(ddof=1) - FUNNEL_SD) / (FUNNEL_SD / np.sqrt(2 * ess))
+    return float(z_mean), float(z_sd)
+
+
+@pytest.mark.slow
+def test_funnel_neck_and_mouth_are_sampled():
+    """v's mean and sd within 4 MCSE and its 2.5% tails within the binomial band of its ESS.
+
+    Power: the same run without the log-determinant term (a wrong target) is flagged
+    (`test_funnel_check_flags_a_sampler_without_the_log_determinant`)."""
+    v = _funnel_draws(3000, seed=4)
+    z_mean, z_sd = _z_scores(v)
+    assert abs(z_mean) < 4 and abs(z_sd) < 4, (z_mean, z_sd)
+    n = int(bulk_ess(v))
+    lo, hi = scipy.stats.binom.ppf([0.0005, 0.9995], n, 0.025) / n
+    lower, upper = scipy.stats.norm.ppf([0.025, 0.975], scale=FUNNEL_SD)
+    assert lo <= np.mean(v < lower) <= hi and lo <= np.mean(v > upper) <= hi
+
+
+@pytest.mark.slow
+def test_funnel_check_flags_a_sampler_without_the_log_determinant(monkeypatch):
+    original = riemannian.geometry
+
+    def without_log_det(q, field, alpha):
+        geom = original(q, field, alpha)
+        return geom._replace(grad_phi=geom.grad)
+
+    monkeypatch.setattr(riemannian, "geometry", without_log_det)
+    monkeypatch.setattr(riemannian, "hamiltonian", lambda geom, p: float(
+        geom.potential + 0.5 * np.sum((geom.eigvecs.T @ p) ** 2 / geom.metric_eigvals)))
+    v = _funnel_draws(3000, seed=4)
+    z_mean, z_sd = _z_scores(v)
+    assert abs(z_mean) >= 4 or abs(z_sd) >= 4, (z_mean, z_sd)
