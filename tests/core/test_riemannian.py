@@ -151,3 +151,24 @@ def test_funnel_check_flags_a_sampler_without_the_log_determinant(monkeypatch):
     v = _funnel_draws(3000, seed=4)
     z_mean, z_sd = _z_scores(v)
     assert abs(z_mean) >= 4 or abs(z_sd) >= 4, (z_mean, z_sd)
+
+
+def test_structured_third_derivatives_contract_as_their_dense_tensors():
+    rng = np.random.default_rng(5)
+    d, s = 4, 6
+    coef, vectors = rng.standard_normal(s), rng.standard_normal((s, d))
+    root = rng.standard_normal((d, d))
+    matrix = root @ root.T
+    cubes = riemannian.RankOneCubes(coef, vectors)
+    outer = riemannian.SymmetrisedOuter(coef[::-1].copy(), vectors[::-1].copy(), matrix)
+    dense = np.einsum("s,si,sj,sk->ijk", cubes.coef, vectors, vectors, vectors)
+    a = outer.vectors.T @ outer.coef  # sum_s c_s a_s
+    dense += (np.einsum("i,jk->ijk", a, matrix) + np.einsum("j,ik->ijk", a, matrix)
+              + np.einsum("k,ij->ijk", a, matrix))
+    hessian = matrix - 2 * np.eye(d)  # not convex: SoftAbs must matter
+    q, p = rng.standard_normal(d), rng.standard_normal(d)
+    structured = geometry(q, lambda q: (0.0, np.zeros(d), hessian, [cubes, outer]), 2.0)
+    reference = geometry(q, lambda q: (0.0, np.zeros(d), hessian, dense), 2.0)
+    np.testing.assert_allclose(structured.grad_phi, reference.grad_phi, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(riemannian._grad_q(structured, p), riemannian._grad_q(reference, p),
+                               rtol=1e-10, atol=1e-12)
