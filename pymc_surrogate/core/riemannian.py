@@ -11,7 +11,7 @@ or a trajectory that does not retrace itself when run back from its end with the
 momentum reversed, is a divergence: it is never accepted, so the kernel stays reversible.
 
 A ``field`` here is ``q -> (U, dU/dq, d2U/dq2, third)``: the third derivatives as a dense
-``(d, d, d)`` array or a list of structured parts (``RankOneCubes``, ``SymmetrisedOuter``)
+``(d, d, d)`` array or a list of structured parts (``surrogates/third_derivatives.py``)
 whose contractions cost ``O(s d^2)`` for ``s`` terms instead of ``O(d^4)``. On a surrogate
 it costs no model evaluation (rns-hmc §3.4, RNS-RMHMC).
 """
@@ -23,18 +23,21 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_surrogate.core.metropolis import metropolis_accept
+from pymc_surrogate.core.jitter import jittered_trajectory
+from pymc_surrogate.core.metropolis import metropolis_accept, surrogate_transition_log_ratio
+from pymc_surrogate.core.types import TransitionInfo
+from pymc_surrogate.surrogates.third_derivatives import rotate
 
 __all__ = [
     "Field3",
     "Geometry",
-    "RankOneCubes",
-    "SymmetrisedOuter",
     "RiemannianMove",
     "geometry",
     "hamiltonian",
     "leapfrog_step",
     "riemannian_move",
+    "riemannian_surrogate_transition",
+    "tempered3",
     "sample_momentum",
     "softabs",
 ]
@@ -58,84 +61,6 @@ def softabs(lam: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     f = np.where(small, (1.0 + x * x / 3.0) / alpha, ax * coth / alpha)
     df = np.where(small, 2.0 * x / 3.0, np.sign(x) * (coth - ax * inv_sinh2))
     return f, df
-
-
-class RankOneCubes(NamedTuple):
-    """``sum_s c_s v_s (x) v_s (x) v_s`` (a ridge function's third derivative)."""
-
-    coef: np.ndarray  # (s,)
-    vectors: np.ndarray  # (s, d)
-
-    def rotated(self, eigvecs: np.ndarray) -> _RotatedCubes:
-        return _RotatedCubes(self.coef, self.vectors, self.vectors @ eigvecs)
-
-
-class _RotatedCubes(NamedTuple):
-    coef: np.ndarray
-    vectors: np.ndarray
-    turned: np.ndarray  # V = vectors Q
-
-    def trace(self, ratio: np.ndarray) -> np.ndarray:
-        return self.vectors.T @ (self.coef * (self.turned**2 @ ratio))
-
-    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
-        scaled = self.turned * u
-        return self.vectors.T @ (self.coef * np.sum((scaled @ divided) * scaled, axis=1))
-
-
-class SymmetrisedOuter(NamedTuple):
-    """``sum_s c_s (a_s,i S_jk + a_s,j S_ik + a_s,k S_ij)`` for one symmetric ``S`` (a
-    radial function's third derivative has this part, with ``S`` its frame's metric)."""
-
-    coef: np.ndarray  # (s,)
-    vectors: np.ndarray  # (s, d): the a_s
-    matrix: np.ndarray  # (d, d): S
-
-    def rotated(self, eigvecs: np.ndarray) -> _RotatedOuter:
-        s_q = self.matrix @ eigvecs
-        return _RotatedOuter(self.coef, self.vectors, self.vectors @ eigvecs, s_q,
-                             eigvecs.T @ s_q)
-
-
-class _RotatedOuter(NamedTuple):
-    coef: np.ndarray
-    vectors: np.ndarray
-    turned: np.ndarray  # A = a Q, (s, d)
-    s_q: np.ndarray  # S Q
-    p: np.ndarray  # Q^T S Q
-    # (Q^T T_i Q)_kl = a_i P_kl + A_k (SQ)_il + A_l (SQ)_ik
-
-    def trace(self, ratio: np.ndarray) -> np.ndarray:
-        return (self.vectors.T @ self.coef) * float(np.diag(self.p) @ ratio) + 2.0 * (
-            self.s_q @ (ratio * (self.coef @ self.turned)))
-
-    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
-        first = (self.vectors.T @ self.coef) * float(u @ ((divided * self.p) @ u))
-        inner = (self.coef[:, None] * self.turned * u) @ divided  # rows: J (u o A_s)
-        return first + 2.0 * (self.s_q @ (u * inner.sum(axis=0)))
-
-
-class _RotatedDense(NamedTuple):
-    rotated: np.ndarray  # M_i = Q^T T_i Q, (d, d, d)
-
-    def trace(self, ratio: np.ndarray) -> np.ndarray:
-        return np.einsum("ikk->ik", self.rotated) @ ratio
-
-    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
-        return np.einsum("k,ikl,kl,l->i", u, self.rotated, divided, u, optimize=True)
-
-
-def _rotate(third, eigvecs: np.ndarray) -> list:
-    """The third derivatives' parts, each ready to contract in the metric's eigenbasis."""
-    parts = third if isinstance(third, list | tuple) else [third]
-    out = []
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            out.append(_RotatedDense(np.einsum("ak,iab,bl->ikl", eigvecs, part, eigvecs,
-                                               optimize=True)))
-        else:
-            out.append(part.rotated(eigvecs))
-    return out
 
 
 class Geometry(NamedTuple):
@@ -169,7 +94,7 @@ def geometry(q: np.ndarray, field: Field3, alpha: float) -> Geometry:
     with np.errstate(divide="ignore", invalid="ignore"):
         divided = np.where(close, 0.5 * (df[:, None] + df[None, :]),
                            (f[:, None] - f[None, :]) / np.where(close, 1.0, gap))
-    parts = _rotate(third, vecs)
+    parts = rotate(third, vecs)
     trace = sum((part.trace(df / f) for part in parts), np.zeros_like(lam))
     return Geometry(np.asarray(q, dtype=np.float64), float(potential), np.asarray(grad),
                     vecs, f, divided, parts, np.asarray(grad) + 0.5 * trace)
@@ -322,3 +247,68 @@ def _diverged(start: Geometry, h0: float, n_steps: int, iterations: int, implici
               error: float = np.inf) -> RiemannianMove:
     return RiemannianMove(start, False, 0.0, True, float(error) if np.isfinite(error) else np.inf,
                           n_steps, iterations / max(n_steps, 1), int(implicit), False)
+
+
+class RiemannianTransition(NamedTuple):
+    """A corrected Riemannian surrogate transition: what it did, and its implicit steps."""
+
+    info: object  # core.types.TransitionInfo
+    fixed_point_iterations: float  # per leapfrog step, over the inner moves
+    implicit_failures: int  # inner moves ended by a fixed point that did not converge
+
+
+def riemannian_surrogate_transition(
+    current, evaluate, field: Field3, alpha: float, step_size: float, path_length: float,
+    n_inner: int, rng: np.random.Generator, max_energy_error: float = 1000.0,
+    tol: float = 1e-8, max_iter: int = 50, max_steps: int = 256,
+) -> RiemannianTransition:
+    """RNS-RMHMC's surrogate transition: ``n_inner`` Riemannian HMC moves exact for the
+    surrogate ``exp(-U~)`` (jittered step and length, as the Euclidean kernel's), then one
+    Metropolis-Hastings test with the true potential that corrects the surrogate's error
+    (``core.transitions.surrogate_transition``'s, with a different inner kernel)."""
+    start = geometry(current.q, field, alpha)
+    geom, probs, n_steps, diverged, iterations, failures = start, [], 0, False, 0.0, 0
+    error, eps = 0.0, step_size
+    for _ in range(n_inner):
+        eps, steps = jittered_trajectory(step_size, path_length, rng, max_steps=max_steps,
+                                         shortest=0.5)
+        move = riemannian_move(geom, field, alpha, eps, steps, rng, tol, max_iter,
+                               max_energy_error)
+        geom, error = move.geom, move.energy_error
+        probs.append(move.accept_prob)
+        n_steps += move.n_steps
+        diverged |= move.diverged
+        iterations += move.fixed_point_iterations * move.n_steps
+        failures += move.implicit_failures
+    adapt_stat = float(np.mean(probs))
+    inner = dict(adapt_stat=adapt_stat, diverging=diverged, n_steps=n_steps,
+                 surrogate_energy_error=error, step_size=eps)
+    stats = (iterations / max(n_steps, 1), failures)
+    if geom is start:
+        return RiemannianTransition(TransitionInfo(
+            point=current, accepted=False, accept_prob=adapt_stat, energy=current.potential,
+            energy_error=0.0, correction_prob=1.0, **inner), *stats)
+    proposal = evaluate(geom.q)
+    log_ratio = surrogate_transition_log_ratio(current.potential, proposal.potential,
+                                               start.potential, geom.potential)
+    accepted, prob = metropolis_accept(log_ratio, rng)
+    point = proposal if accepted else current
+    return RiemannianTransition(TransitionInfo(
+        point=point, accepted=accepted, accept_prob=prob * adapt_stat, energy=point.potential,
+        energy_error=-log_ratio, correction_prob=prob, **inner), *stats)
+
+
+def tempered3(field: Field3, temperature: float) -> Field3:
+    """``U~ / T`` and its derivatives (the coverage mechanism's tempering)."""
+    if temperature == 1.0:
+        return field
+    cool = 1.0 / temperature
+
+    def scaled(q: np.ndarray):
+        value, grad, hessian, third = field(q)
+        parts = third if isinstance(third, list | tuple) else [third]
+        return (cool * value, cool * grad, cool * hessian,
+                [part * cool if isinstance(part, np.ndarray) else part._replace(coef=cool * part.coef)
+                 for part in parts])
+
+    return scaled

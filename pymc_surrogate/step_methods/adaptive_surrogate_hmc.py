@@ -110,4 +110,4 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
             chain.counts.adaptations += 1
 
     def _extra_stats(self, chain: ChainState) -> dict:
-        return {"adaptations": chain.counts.adaptations}
+        return {**super()._extra_stats(chain), "adaptations": chain.counts.adaptations}

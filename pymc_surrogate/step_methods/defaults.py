@@ -111,6 +111,9 @@ class Tuning:
     #: tempered steps found is learned while tuning lasts (black-box banana: right at 9
     #: of 10 seeds with 1.2 and with 1.0, 7 of 10 with ``refit_growth``'s 1.5).
     tempered_refit_growth: float = 1.2
+    # --- Riemannian surrogate transitions (riemannian.py)
+    #: Riemannian HMC moves on each new surrogate alone that set its step size.
+    riemannian_warm_up: int = 40
     # --- tail jumps (heavy_tails.py, core/tail_jumps.py)
     #: Share of a heavy-tailed chain's draws that are tail jumps.
     tail_jump_probability: float = 0.2

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.corrections import CORRECTIONS
+from pymc_surrogate.step_methods.riemannian import RIEMANNIAN_STATS, RiemannianTrajectories
 from pymc_surrogate.step_methods.vocabulary import auto_for_none, inner_setting
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening
@@ -11,7 +13,7 @@ from pymc_surrogate.surrogates.whitening import Whitening
 __all__ = ["SurrogateHMC"]
 
 
-class SurrogateHMC(SurrogateStep):
+class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
     r"""Hamiltonian Monte Carlo on a random-network surrogate, exactly corrected.
 
     Tuning explores exactly (HMC, or DE-MCz without gradients) and fits a random network
@@ -33,6 +35,22 @@ class SurrogateHMC(SurrogateStep):
         one (where many are rejected, a longer inner run is thrown away more often).
     n_hidden, activation, quadratic, alpha, max_hidden, max_equations
         The surrogate's settings (``RandomNetworkSurrogate``).
+    metric : {"euclidean", "riemannian"}
+        "euclidean" (default): the surrogate transitions run HMC with a mass matrix fixed
+        after tuning. "riemannian": RNS-RMHMC (rns-hmc §3.4), Riemannian HMC with the
+        SoftAbs metric of the surrogate's Hessian (Betancourt 2013) and the generalised
+        leapfrog, meant for posteriors whose curvature changes across the typical set
+        (funnels, curved ridges); no model evaluation more, more surrogate work per step.
+        Needs ``correction="surrogate_transition"`` and all of the model's continuous
+        variables. Experimental: exact (tested), but on a 2-d funnel the fitted
+        network's Hessian has spurious curvature and many inner moves end in a fixed
+        point that does not converge (docs/design.md, "RNS-RMHMC").
+        Stats ``riemannian``, ``fixed_point_iterations`` (per leapfrog step),
+        ``implicit_failures`` (inner moves ended by a fixed point that did not converge:
+        divergences, never accepted).
+    softabs_alpha : float
+        SoftAbs's sharpness: eigenvalues ``lam`` of the Hessian become ``lam coth(alpha
+        lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1).
     target_accept, path_length : float
         Step-size target (HMC on the surrogate alone); longest integration time.
     explore_steps : int or "auto"
@@ -80,6 +98,7 @@ class SurrogateHMC(SurrogateStep):
     """
 
     name = "surrogate_hmc"
+    stats_dtypes_shapes = {**_stats.STATS, **RIEMANNIAN_STATS}
 
     def __init__(
         self,
@@ -93,8 +112,11 @@ class SurrogateHMC(SurrogateStep):
         alpha: float | str = "auto",
         max_hidden: int = 500,
         max_equations: int = 20_000,
+        metric: str = "euclidean",
+        softabs_alpha: float = 1.0,
         **kwargs,
     ):
+        self._set_metric(metric, softabs_alpha)
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
         self.correction = correction
@@ -108,6 +130,7 @@ class SurrogateHMC(SurrogateStep):
         )
         RandomNetworkSurrogate(**self._surrogate_settings)
         super().__init__(vars, **kwargs)
+        self._check_metric()
 
     # After a spurious well: refit with the ridge penalty floored at these fractions of its
     # scale (cross-validation alone may take 1e-12).

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from pymc_surrogate.core.riemannian import RankOneCubes, SymmetrisedOuter
+from pymc_surrogate.surrogates.third_derivatives import RankOneCubes, SymmetrisedOuter
 
 __all__ = ["random_network_derivatives"]
 

@@ -15,6 +15,7 @@ from pymc_surrogate.core.riemannian import (
     riemannian_move,
     softabs,
 )
+from pymc_surrogate.surrogates.third_derivatives import RankOneCubes, SymmetrisedOuter
 
 ALPHA = 1.0
 FUNNEL_SD = 3.0
@@ -159,8 +160,8 @@ def test_structured_third_derivatives_contract_as_their_dense_tensors():
     coef, vectors = rng.standard_normal(s), rng.standard_normal((s, d))
     root = rng.standard_normal((d, d))
     matrix = root @ root.T
-    cubes = riemannian.RankOneCubes(coef, vectors)
-    outer = riemannian.SymmetrisedOuter(coef[::-1].copy(), vectors[::-1].copy(), matrix)
+    cubes = RankOneCubes(coef, vectors)
+    outer = SymmetrisedOuter(coef[::-1].copy(), vectors[::-1].copy(), matrix)
     dense = np.einsum("s,si,sj,sk->ijk", cubes.coef, vectors, vectors, vectors)
     a = outer.vectors.T @ outer.coef  # sum_s c_s a_s
     dense += (np.einsum("i,jk->ijk", a, matrix) + np.einsum("j,ik->ijk", a, matrix)

@@ -36,14 +36,17 @@ def no_metropolis_correction():
     the chain targets the surrogate density exactly. In-process only: sample with
     ``cores=1``.
     """
-    from pymc_surrogate.core import transitions
+    from pymc_surrogate.core import riemannian, transitions
 
-    original = transitions.surrogate_transition_log_ratio
-    transitions.surrogate_transition_log_ratio = lambda *args: np.inf
+    modules = (transitions, riemannian)  # the Euclidean and the Riemannian transition
+    originals = [module.surrogate_transition_log_ratio for module in modules]
+    for module in modules:
+        module.surrogate_transition_log_ratio = lambda *args: np.inf
     try:
         yield
     finally:
-        transitions.surrogate_transition_log_ratio = original
+        for module, original in zip(modules, originals, strict=True):
+            module.surrogate_transition_log_ratio = original
 
 
 def shift_one_chain(x: np.ndarray, sd, fraction: float = 0.5) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pymc_surrogate.core.riemannian import RankOneCubes, SymmetrisedOuter
+from pymc_surrogate.surrogates.third_derivatives import RankOneCubes, SymmetrisedOuter
 from pymc_surrogate.surrogates.curvature import random_network_derivatives
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening

@@ -1,0 +1,96 @@
+"""Third derivatives of a potential as structured parts, and their contractions in the
+eigenbasis of a metric (``core/riemannian.py``).
+
+A ridge function ``a g(w . q + b)`` has as third derivative ``a g3(z) w (x) w (x) w``
+(``g3`` the third derivative of ``g``), a rank-one cube; a radial function adds a
+symmetrised outer product with its frame's metric. Riemannian HMC needs two contractions
+of ``M_i = Q^T (dH/dq_i) Q``, its trace weighted by a vector and ``u^T (J o M_i) u``,
+which these parts give in ``O(s d^2)`` for ``s`` terms where a dense ``(d, d, d)`` tensor
+costs ``O(d^4)``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["RankOneCubes", "SymmetrisedOuter", "rotate"]
+
+
+class RankOneCubes(NamedTuple):
+    """``sum_s c_s v_s (x) v_s (x) v_s`` (a ridge function's third derivative)."""
+
+    coef: np.ndarray  # (s,)
+    vectors: np.ndarray  # (s, d)
+
+    def rotated(self, eigvecs: np.ndarray) -> _RotatedCubes:
+        return _RotatedCubes(self.coef, self.vectors, self.vectors @ eigvecs)
+
+
+class _RotatedCubes(NamedTuple):
+    coef: np.ndarray
+    vectors: np.ndarray
+    turned: np.ndarray  # V = vectors Q
+
+    def trace(self, ratio: np.ndarray) -> np.ndarray:
+        return self.vectors.T @ (self.coef * (self.turned**2 @ ratio))
+
+    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        scaled = self.turned * u
+        return self.vectors.T @ (self.coef * np.sum((scaled @ divided) * scaled, axis=1))
+
+
+class SymmetrisedOuter(NamedTuple):
+    """``sum_s c_s (a_s,i S_jk + a_s,j S_ik + a_s,k S_ij)`` for one symmetric ``S`` (a
+    radial function's third derivative has this part, with ``S`` its frame's metric)."""
+
+    coef: np.ndarray  # (s,)
+    vectors: np.ndarray  # (s, d): the a_s
+    matrix: np.ndarray  # (d, d): S
+
+    def rotated(self, eigvecs: np.ndarray) -> _RotatedOuter:
+        s_q = self.matrix @ eigvecs
+        return _RotatedOuter(self.coef, self.vectors, self.vectors @ eigvecs, s_q,
+                             eigvecs.T @ s_q)
+
+
+class _RotatedOuter(NamedTuple):
+    coef: np.ndarray
+    vectors: np.ndarray
+    turned: np.ndarray  # A = a Q, (s, d)
+    s_q: np.ndarray  # S Q
+    p: np.ndarray  # Q^T S Q
+    # (Q^T T_i Q)_kl = a_i P_kl + A_k (SQ)_il + A_l (SQ)_ik
+
+    def trace(self, ratio: np.ndarray) -> np.ndarray:
+        return (self.vectors.T @ self.coef) * float(np.diag(self.p) @ ratio) + 2.0 * (
+            self.s_q @ (ratio * (self.coef @ self.turned)))
+
+    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        first = (self.vectors.T @ self.coef) * float(u @ ((divided * self.p) @ u))
+        inner = (self.coef[:, None] * self.turned * u) @ divided  # rows: J (u o A_s)
+        return first + 2.0 * (self.s_q @ (u * inner.sum(axis=0)))
+
+
+class _RotatedDense(NamedTuple):
+    rotated: np.ndarray  # M_i = Q^T T_i Q, (d, d, d)
+
+    def trace(self, ratio: np.ndarray) -> np.ndarray:
+        return np.einsum("ikk->ik", self.rotated) @ ratio
+
+    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return np.einsum("k,ikl,kl,l->i", u, self.rotated, divided, u, optimize=True)
+
+
+def rotate(third, eigvecs: np.ndarray) -> list:
+    """The third derivatives' parts, each ready to contract in the metric's eigenbasis."""
+    parts = third if isinstance(third, list | tuple) else [third]
+    out = []
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            out.append(_RotatedDense(np.einsum("ak,iab,bl->ikl", eigvecs, part, eigvecs,
+                                               optimize=True)))
+        else:
+            out.append(part.rotated(eigvecs))
+    return out
