@@ -6,7 +6,7 @@ eigenvalues mapped to ``f(lam) = lam coth(alpha lam)``, positive definite where 
 convex, ``|lam|`` for large ``alpha |lam|`` and ``1 / alpha`` near zero. The Hamiltonian
 ``U(q) + 1/2 log det G(q) + 1/2 p^T G(q)^-1 p`` is not separable; the generalised
 leapfrog (Girolami & Calderhead 2011, eq. 16-18) integrates it with two implicit
-half-steps solved by fixed-point iteration. A step whose fixed point does not converge,
+half-steps solved by Newton's method. A step whose implicit equation does not converge,
 or a trajectory that does not retrace itself when run back from its end with the
 momentum reversed, is a divergence: it is never accepted, so the kernel stays reversible.
 
@@ -112,8 +112,13 @@ def _velocity(geom: Geometry, p: np.ndarray) -> np.ndarray:
 def _grad_kinetic_quadratic(geom: Geometry, p: np.ndarray) -> np.ndarray:
     """``d/dq_i (1/2 p^T G^-1 p) = -1/2 u^T (J o M_i) u``."""
     u = _whitened(geom, p)
-    return -0.5 * sum((part.quadratic(geom.divided, u) for part in geom.third),
-                      np.zeros_like(u))
+    return -0.5 * (_rows(geom, u) @ u)
+
+
+def _rows(geom: Geometry, u: np.ndarray) -> np.ndarray:
+    """``W[i] = (J o M_i) u``: ``u^T W[i]`` is ``2 d/dq_i`` of the kinetic term's
+    negative, and ``W`` is in both implicit half-steps' Newton Jacobians."""
+    return sum((part.rows(geom.divided, u) for part in geom.third), np.zeros((u.size, u.size)))
 
 
 def _grad_q(geom: Geometry, p: np.ndarray) -> np.ndarray:
@@ -144,25 +149,41 @@ def leapfrog_step(geom: Geometry, p: np.ndarray, step_size: float, field: Field3
     """One generalised leapfrog step (Girolami & Calderhead 2011, eq. 16-18).
 
     ``p_half = p - eps/2 dH/dq(q, p_half)`` and ``q' = q + eps/2 (G(q)^-1 +
-    G(q')^-1) p_half`` by fixed-point iteration to ``tol`` (max-norm, relative to the
-    iterate's scale), then ``p' = p_half - eps/2 dH/dq(q', p_half)``.
+    G(q')^-1) p_half``, each solved by Newton's method to ``tol`` (the last update's
+    max-norm, relative to the iterate's scale), then ``p' = p_half - eps/2 dH/dq(q',
+    p_half)``.
     """
     with np.errstate(over="ignore", invalid="ignore"):  # a blow-up is a non-convergence
         return _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter)
 
 
 def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogStep:
+    """The two implicit half-steps by Newton's method from the explicit guesses.
+
+    Plain fixed-point iteration failed on a fitted network's curvature: the p-equation's
+    map oscillated without contracting (steps of 0.7, 0.71, 0.72, ...) in 19 and the
+    q-equation's in 29 of 300 steps at step size 0.3 (2-d funnel, 500 softplus nodes).
+    Both Jacobians come from the same rows ``W[i] = (J o M_i) u``:
+    ``I - eps/2 W D Q^T`` for ``p`` and ``I + eps/2 Q D W^T`` (at ``q'``) for ``q``.
+    """
     half = 0.5 * step_size
+    eye = np.eye(p.size)
     iterations, converged = 0, False
     p_half = p - half * _grad_q(geom, p)
+    q_d = geom.eigvecs / geom.metric_eigvals  # Q D, D = diag(1 / f)
     for _ in range(max_iter):
         iterations += 1
-        new = p - half * _grad_q(geom, p_half)
-        change = np.max(np.abs(new - p_half)) / (1.0 + np.max(np.abs(new)))
-        p_half = new
+        u = _whitened(geom, p_half)
+        rows = _rows(geom, u)
+        residual = p_half - p + half * (geom.grad_phi - 0.5 * rows @ u)
+        try:
+            update = np.linalg.solve(eye - half * rows @ q_d.T, residual)
+        except np.linalg.LinAlgError:
+            break
+        p_half = p_half - update
         if not np.all(np.isfinite(p_half)):
             break
-        if change < tol:
+        if np.max(np.abs(update)) / (1.0 + np.max(np.abs(p_half))) < tol:
             converged = True
             break
     if not converged:
@@ -175,10 +196,17 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogS
         end = geometry(q_new, field, alpha)
         if not end.finite:
             break
-        new = geom.q + half * (start_velocity + _velocity(end, p_half))
-        change = np.max(np.abs(new - q_new)) / (1.0 + np.max(np.abs(new)))
-        q_new = new
-        if change < tol:
+        u = _whitened(end, p_half)
+        residual = q_new - geom.q - half * (start_velocity + end.eigvecs @ u)
+        jacobian = eye + half * (end.eigvecs / end.metric_eigvals) @ _rows(end, u).T
+        try:
+            update = np.linalg.solve(jacobian, residual)
+        except np.linalg.LinAlgError:
+            break
+        q_new = q_new - update
+        if not np.all(np.isfinite(q_new)):
+            break
+        if np.max(np.abs(update)) / (1.0 + np.max(np.abs(q_new))) < tol:
             converged = True
             break
     if not converged:

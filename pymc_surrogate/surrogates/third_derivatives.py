@@ -4,8 +4,8 @@ eigenbasis of a metric (``core/riemannian.py``).
 A ridge function ``a g(w . q + b)`` has as third derivative ``a g3(z) w (x) w (x) w``
 (``g3`` the third derivative of ``g``), a rank-one cube; a radial function adds a
 symmetrised outer product with its frame's metric. Riemannian HMC needs two contractions
-of ``M_i = Q^T (dH/dq_i) Q``, its trace weighted by a vector and ``u^T (J o M_i) u``,
-which these parts give in ``O(s d^2)`` for ``s`` terms where a dense ``(d, d, d)`` tensor
+of ``M_i = Q^T (dH/dq_i) Q``, its trace weighted by a vector and the rows ``(J o M_i) u``
+(for ``u^T (J o M_i) u`` and the implicit steps' Newton Jacobians), which these parts give in ``O(s d^2)`` for ``s`` terms where a dense ``(d, d, d)`` tensor
 costs ``O(d^4)``.
 """
 
@@ -36,9 +36,9 @@ class _RotatedCubes(NamedTuple):
     def trace(self, ratio: np.ndarray) -> np.ndarray:
         return self.vectors.T @ (self.coef * (self.turned**2 @ ratio))
 
-    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+    def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
         scaled = self.turned * u
-        return self.vectors.T @ (self.coef * np.sum((scaled @ divided) * scaled, axis=1))
+        return self.vectors.T @ (self.coef[:, None] * ((scaled @ divided) * self.turned))
 
 
 class SymmetrisedOuter(NamedTuple):
@@ -67,10 +67,12 @@ class _RotatedOuter(NamedTuple):
         return (self.vectors.T @ self.coef) * float(np.diag(self.p) @ ratio) + 2.0 * (
             self.s_q @ (ratio * (self.coef @ self.turned)))
 
-    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
-        first = (self.vectors.T @ self.coef) * float(u @ ((divided * self.p) @ u))
-        inner = (self.coef[:, None] * self.turned * u) @ divided  # rows: J (u o A_s)
-        return first + 2.0 * (self.s_q @ (u * inner.sum(axis=0)))
+    def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        # sym(a (x) S) is linear in a: the terms collapse to a = sum_s c_s a_s.
+        a, turned = self.vectors.T @ self.coef, self.turned.T @ self.coef
+        return (np.outer(a, (divided * self.p) @ u)
+                + ((self.s_q * u) @ divided) * turned
+                + self.s_q * (divided @ (turned * u)))
 
 
 class _RotatedDense(NamedTuple):
@@ -79,8 +81,8 @@ class _RotatedDense(NamedTuple):
     def trace(self, ratio: np.ndarray) -> np.ndarray:
         return np.einsum("ikk->ik", self.rotated) @ ratio
 
-    def quadratic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
-        return np.einsum("k,ikl,kl,l->i", u, self.rotated, divided, u, optimize=True)
+    def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return np.einsum("ikl,kl,l->ik", self.rotated, divided, u, optimize=True)
 
 
 def rotate(third, eigvecs: np.ndarray) -> list:
