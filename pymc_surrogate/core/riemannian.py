@@ -168,53 +168,55 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogS
     """
     half = 0.5 * step_size
     eye = np.eye(p.size)
-    iterations, converged = 0, False
-    p_half = p - half * _grad_q(geom, p)
     q_d = geom.eigvecs / geom.metric_eigvals  # Q D, D = diag(1 / f)
-    for _ in range(max_iter):
-        iterations += 1
+
+    def momentum_equation(p_half):
         u = _whitened(geom, p_half)
         rows = _rows(geom, u)
-        residual = p_half - p + half * (geom.grad_phi - 0.5 * rows @ u)
-        try:
-            update = np.linalg.solve(eye - half * rows @ q_d.T, residual)
-        except np.linalg.LinAlgError:
-            break
-        p_half = p_half - update
-        if not np.all(np.isfinite(p_half)):
-            break
-        if np.max(np.abs(update)) / (1.0 + np.max(np.abs(p_half))) < tol:
-            converged = True
-            break
+        return (p_half - p + half * (geom.grad_phi - 0.5 * rows @ u),
+                eye - half * rows @ q_d.T)
+
+    p_half, iterations, converged = _newton(p - half * _grad_q(geom, p), momentum_equation,
+                                            tol, max_iter)
     if not converged:
         return LeapfrogStep(geom, p_half, iterations, False)
     start_velocity = _velocity(geom, p_half)
-    q_new = geom.q + step_size * start_velocity
-    end, converged = geom, False
-    for _ in range(max_iter):
-        iterations += 1
+
+    def position_equation(q_new):
         end = geometry(q_new, field, alpha)
         if not end.finite:
-            break
+            return None
         u = _whitened(end, p_half)
-        residual = q_new - geom.q - half * (start_velocity + end.eigvecs @ u)
-        jacobian = eye + half * (end.eigvecs / end.metric_eigvals) @ _rows(end, u).T
-        try:
-            update = np.linalg.solve(jacobian, residual)
-        except np.linalg.LinAlgError:
-            break
-        q_new = q_new - update
-        if not np.all(np.isfinite(q_new)):
-            break
-        if np.max(np.abs(update)) / (1.0 + np.max(np.abs(q_new))) < tol:
-            converged = True
-            break
-    if not converged:
-        return LeapfrogStep(end, p_half, iterations, False)
-    end = geometry(q_new, field, alpha)
-    if not end.finite:
-        return LeapfrogStep(end, p_half, iterations, False)
+        return (q_new - geom.q - half * (start_velocity + end.eigvecs @ u),
+                eye + half * (end.eigvecs / end.metric_eigvals) @ _rows(end, u).T)
+
+    q_new, more, converged = _newton(geom.q + step_size * start_velocity, position_equation,
+                                     tol, max_iter)
+    iterations += more
+    end = geometry(q_new, field, alpha) if converged else geom
+    if not (converged and end.finite):
+        return LeapfrogStep(geom, p_half, iterations, False)
     return LeapfrogStep(end, p_half - half * _grad_q(end, p_half), iterations, True)
+
+
+def _newton(x: np.ndarray, system, tol: float, max_iter: int) -> tuple[np.ndarray, int, bool]:
+    """Solve ``residual(x) = 0`` by Newton's method; ``system(x)`` gives ``(residual,
+    jacobian)``, or None where it cannot be evaluated. Converged when the last update's
+    max-norm, relative to the iterate's scale, is below ``tol``."""
+    for iteration in range(1, max_iter + 1):
+        equation = system(x)
+        if equation is None:
+            return x, iteration, False
+        try:
+            update = np.linalg.solve(equation[1], equation[0])
+        except np.linalg.LinAlgError:
+            return x, iteration, False
+        x = x - update
+        if not np.all(np.isfinite(x)):
+            return x, iteration, False
+        if np.max(np.abs(update)) / (1.0 + np.max(np.abs(x))) < tol:
+            return x, iteration, True
+    return x, max_iter, False
 
 
 class RiemannianMove(NamedTuple):
