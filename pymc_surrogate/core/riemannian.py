@@ -140,7 +140,7 @@ def sample_momentum(geom: Geometry, rng: np.random.Generator) -> np.ndarray:
 class LeapfrogStep(NamedTuple):
     geom: Geometry
     p: np.ndarray
-    iterations: int  # fixed-point iterations of both implicit half-steps
+    iterations: int  # Newton iterations of both implicit half-steps
     converged: bool
 
 
@@ -229,7 +229,7 @@ class RiemannianMove(NamedTuple):
     energy_error: float
     n_steps: int
     fixed_point_iterations: float  # per leapfrog step
-    implicit_failures: int  # steps whose fixed point did not converge (0 or 1)
+    implicit_failures: int  # steps whose implicit equation did not converge (0 or 1)
     irreversible: bool  # the trajectory did not retrace itself
 
 
@@ -284,7 +284,7 @@ class RiemannianTransition(NamedTuple):
 
     info: object  # core.types.TransitionInfo
     fixed_point_iterations: float  # per leapfrog step, over the inner moves
-    implicit_failures: int  # inner moves ended by a fixed point that did not converge
+    implicit_failures: int  # inner moves ended by an implicit step that did not converge
 
 
 def riemannian_surrogate_transition(

@@ -43,11 +43,11 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         (funnels, curved ridges); no model evaluation more, more surrogate work per step.
         Needs ``correction="surrogate_transition"`` and all of the model's continuous
         variables. Experimental: exact (tested), but on a 2-d funnel the fitted
-        network's Hessian has spurious curvature and many inner moves end in a fixed
-        point that does not converge (docs/design.md, "RNS-RMHMC").
-        Stats ``riemannian``, ``fixed_point_iterations`` (per leapfrog step),
-        ``implicit_failures`` (inner moves ended by a fixed point that did not converge:
-        divergences, never accepted).
+        network's Hessian has spurious curvature and many inner moves end in an implicit
+        step that does not converge (docs/design.md, "RNS-RMHMC").
+        Stats ``riemannian``, ``fixed_point_iterations`` (Newton iterations of the
+        implicit half-steps, per leapfrog step), ``implicit_failures`` (inner moves ended
+        by an implicit step that did not converge: divergences, never accepted).
     softabs_alpha : float
         SoftAbs's sharpness: eigenvalues ``lam`` of the Hessian become ``lam coth(alpha
         lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1).
