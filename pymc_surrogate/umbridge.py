@@ -32,6 +32,7 @@ from pytensor.gradient import DisconnectedType, grad_not_implemented
 from pytensor.graph.basic import Apply
 
 from pymc_surrogate.compat import VJPOp
+from pymc_surrogate.step_methods.batch_evaluation import refuse_in_a_rerun_script
 
 __all__ = ["DEFAULT_TIMEOUT", "UMBridgeError", "UMBridgeOp", "model_op"]
 
@@ -100,6 +101,7 @@ def model_op(
     ...     pm.Normal("y", mu=forward(theta), sigma=0.1, observed=data)
     ...     idata = pm.sample(step=SurrogateHMC())
     """
+    refuse_in_a_rerun_script("model_op")  # a worker re-running an unguarded script
     if timeout == "default":
         timeout = DEFAULT_TIMEOUT
     if timeout is not None and not timeout > 0:

@@ -28,6 +28,7 @@ from pymc.vartypes import continuous_types
 from pymc_surrogate.core.transitions import independence_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.batch_evaluation import refuse_in_a_rerun_script
 from pymc_surrogate.step_methods.block_context import BlockContext
 from pymc_surrogate.step_methods.corrections import Corrections
 from pymc_surrogate.step_methods.coverage import Coverage
@@ -84,8 +85,9 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         use_gradient: bool | str = "auto", model=None, blocked: bool = True, rng=None,
         initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,
     ):
-        model = modelcontext(model)
         owner = type(self).__name__
+        refuse_in_a_rerun_script(owner)
+        model = modelcontext(model)
         if initial_point is None:
             initial_point = model.initial_point()
         vars = block_variables(model, vars, initial_point, owner)

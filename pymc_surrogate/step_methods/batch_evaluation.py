@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import cloudpickle
@@ -23,7 +24,7 @@ import numpy as np
 
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
 
-__all__ = ["BatchResult", "INFINITE", "SERIAL", "evaluate_logp"]
+__all__ = ["BatchResult", "INFINITE", "SERIAL", "evaluate_logp", "refuse_in_a_rerun_script"]
 
 SERIAL = ("serial", None)
 #: executor="auto" evaluates in worker processes only past this many seconds of serial
@@ -31,6 +32,30 @@ SERIAL = ("serial", None)
 PARALLEL_AFTER = 10.0
 #: A point's failure message when its logp is +inf: never retried (an infinite density).
 INFINITE = "logp = +inf (an infinite density: fix the model there)"
+#: What a script evaluated in "process" workers needs (they are started with "spawn").
+GUARD_ADVICE = (
+    "Put the code that samples under `if __name__ == \"__main__\":` (Python's "
+    "multiprocessing docs, 'Safe importing of main module'), or evaluate in this process: "
+    "executor='serial', or threads, executor=concurrent.futures.ThreadPoolExecutor()."
+)
+
+
+def refuse_in_a_rerun_script(owner: str) -> None:
+    """Stop a worker process that is running the user's script again from the top.
+
+    ``executor="process"`` starts its workers with "spawn", which imports the parent's
+    main script in each; a script without a ``__main__`` guard then builds the model and a
+    step again in every worker, which started sampling on its own (a served 20-d model got
+    6 315 calls, 1 346 of them from workers that re-ran the script) until Python stopped the
+    workers. While a spawned process imports the main script, multiprocessing marks it as
+    inheriting: a step (or a served model) made then raises with the fix instead.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            f"{owner}: this process is a worker that pymc-surrogate started to evaluate the "
+            "model, and it is running your script again from the top, because the script "
+            f"samples when it is imported. {GUARD_ADVICE}"
+        )
 
 
 @dataclass
@@ -127,6 +152,12 @@ def evaluate_logp(
                 del result.errors[i]
             for rows, values in run([points[[i]] for i in retry], [[i] for i in retry]):
                 _record(result, rows, values)
+    except BrokenProcessPool as err:
+        raise RuntimeError(
+            f"{owner}: the worker processes that evaluate the model stopped while starting "
+            f"({err}). The usual cause: the script has no `if __name__ == \"__main__\":` "
+            f"guard, so each worker ran it again from the top. {GUARD_ADVICE}"
+        ) from err
     finally:
         if close is not None:
             close.shutdown(wait=True)
@@ -248,6 +279,8 @@ def _executor_runner(executor, function) -> Callable[..., Iterator]:
                     index = futures[future]
                     try:
                         yield index, future.result()
+                    except BrokenProcessPool:  # no worker left: evaluate_logp says why
+                        raise
                     except Exception as err:  # noqa: BLE001 - the whole chunk failed
                         message = f"{type(err).__name__}: {err}"
                         yield index, [(np.nan, message)] * len(index)

@@ -77,7 +77,9 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         more than ``PARALLEL_AFTER`` seconds (10) in this process, judged from one timed
         logp, else "serial" (starting worker processes costs seconds: a cheap model is
         faster here). "process": a ``ProcessPoolExecutor`` of ``max_workers`` processes
-        (spawn), created and shut down here; "serial" or None: in this process; or any
+        (spawn: a script must keep its sampling under ``if __name__ == "__main__":``, and
+        a worker that would re-run an unguarded script stops and says so), created and
+        shut down here; "serial" or None: in this process; or any
         object with ``submit`` (or ``map``), e.g.
         ``distributed.Client(...).get_executor()``. Remote evaluation pickles the model
         (cloudpickle); a failed node is retried once, then reported with its coordinates.

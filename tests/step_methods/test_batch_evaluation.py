@@ -4,7 +4,11 @@ SparseGridHMC's precompute (tests/step_methods/test_sparse_grid_hmc.py) covers p
 pools, Dask, map-only executors and models that do not pickle through it.
 """
 
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pymc as pm
@@ -85,3 +89,31 @@ def test_a_thread_pool_leaves_the_default_backend_alone():
                                executor=pool, max_workers=8)
     np.testing.assert_allclose(result.logp, -0.5 * points[:, 0] ** 2)
     assert type(get_default_mode().linker) is before
+
+
+UNGUARDED_SCRIPT = """
+import pymc as pm
+from pymc_surrogate import SparseGridHMC
+
+with pm.Model():
+    pm.Normal("x", shape=2)
+    SparseGridHMC(executor="process", max_workers=1, max_nodes=9, progressbar=False)
+print("FINISHED")
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_what_to_add(tmp_path):
+    """A process pool's workers are spawned: each imports the parent's main script, and a
+    script that samples at import time ran again in every worker (a served model got 1 346
+    calls from workers that started sampling on their own). The worker stops as soon as it
+    makes a step, and the parent says what to add."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "FINISHED" not in done.stdout
+    assert 'if __name__ == "__main__":' in done.stderr
+    assert "running your script again from the top" in done.stderr  # the worker's own error
+    assert "bootstrapping phase" not in done.stderr  # Python's own, which says nothing of it
