@@ -52,9 +52,10 @@ def refuse_in_a_rerun_script(owner: str) -> None:
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         raise RuntimeError(
-            f"{owner}: this process is a worker that pymc-surrogate started to evaluate the "
-            "model, and it is running your script again from the top, because the script "
-            f"samples when it is imported. {GUARD_ADVICE}"
+            f"{owner}: this process is a worker started with multiprocessing's 'spawn' or "
+            "'forkserver' (by executor='process', or by pm.sample with cores > 1), and it is "
+            "running your script again from the top, because the script samples when it is "
+            f"imported. {GUARD_ADVICE}"
         )
 
 
