@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -50,7 +49,8 @@ from scipy.stats import norm  # noqa: E402
 
 import pymc_surrogate  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
-    DEFAULT_RESULTS_DIR, _blas_limit, _describe, environment_meta, sample_counted, split_names,
+    DEFAULT_RESULTS_DIR, _blas_limit, _describe, environment_meta, format_cell, git_commit,
+    parse_seeds, sample_counted, split_names,
 )
 from benchmarks.models.banana import banana_beta2_marginal, banana_log_density, make_banana  # noqa: E402
 from benchmarks.models.counting import EvaluationCounter, count_evaluations  # noqa: E402
@@ -155,24 +155,6 @@ def run(sampler, seed, tune, draws, chains, models, ref):
     return row
 
 
-def git_commit():
-    """Short HEAD of this checkout, plus ``dirty (files)`` if tracked files differ from it."""
-    git = ["git", "-C", str(_REPO)]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True).stdout.splitlines()
-    changed = [line[3:] for line in status if line.strip()]
-    return head.stdout.strip() + (f" dirty ({', '.join(changed)})" if changed else "")
-
-
-def _f(v, spec=".3g"):
-    if isinstance(v, (bool, np.bool_)):
-        return "yes" if v else "no"
-    if isinstance(v, (float, int, np.floating, np.integer)):
-        return "–" if np.isnan(v) else format(float(v), spec)
-    return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
-
-
 def summary(frame):
     """Per-sampler lines of the markdown summary table."""
     lines = ["| sampler | right | errors | median evals/ESS | median counted/ESS "
@@ -188,11 +170,11 @@ def summary(frame):
         lines.append("| " + " | ".join([
             sampler, f"{(g['status'] == 'right').sum()} of {len(g)}",
             str((g["status"] == "error").sum()),
-            *[_f(ok[c].median() if len(ok) else np.nan)
+            *[format_cell(ok[c].median() if len(ok) else np.nan)
               for c in ("evals_per_ess", "counted_per_ess")],
-            _f(ok["max_abs_z"].max() if len(ok) else np.nan, ".2f"),
-            _f(ok["max_rhat"].max() if len(ok) else np.nan, ".3f"),
-            f"{_f(np.nanmin(sd), '.3f')}-{_f(np.nanmax(sd), '.3f')}",
+            format_cell(ok["max_abs_z"].max() if len(ok) else np.nan, ".2f"),
+            format_cell(ok["max_rhat"].max() if len(ok) else np.nan, ".3f"),
+            f"{format_cell(np.nanmin(sd), '.3f')}-{format_cell(np.nanmax(sd), '.3f')}",
             str(int((~ok[["sd_ok_1", "sd_ok_2"]].astype(bool)).any(axis=1).sum())),
             str(int((~ok["tails_ok"].astype(bool)).sum())),
             str(int((ok["n_warnings"] > 0).sum())),
@@ -212,10 +194,10 @@ def write(rows, out, tag, meta):
     lines = [f"# Banana coverage: {tag}", ""] + [f"- **{k}**: {v}" for k, v in meta.items()]
     lines += ["", "## Runs", "", "| " + " | ".join(c for c, _ in cols) + " |",
               "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_f(r.get(c), s) if s else _f(r.get(c)) for c, s in cols) + " |"
+    lines += ["| " + " | ".join(format_cell(r.get(c), s) if s else format_cell(r.get(c)) for c, s in cols) + " |"
               for r in rows]
     lines += ["", "## Errors and first warnings", ""]
-    lines += [f"- {r['sampler']} seed {r['seed']}: {_f(r.get('error') or r['first_warning'])}"
+    lines += [f"- {r['sampler']} seed {r['seed']}: {format_cell(r.get('error') or r['first_warning'])}"
               for r in rows if r.get("error") or r.get("first_warning")] or ["none"]
     lines += ["", "## Per sampler", "", *summary(frame), "", "## What is measured", "",
               __doc__[__doc__.index("Per run"):].strip(), ""]
@@ -233,9 +215,7 @@ def main(argv=None):
     p.add_argument("--tag", default=f"{_dt.datetime.now():%Y%m%d-%H%M%S}")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR)
     a = p.parse_args(argv)
-    seeds = [s for part in split_names(a.seeds) for s in (
-        range(int(part.split("-")[0]), int(part.split("-")[1]) + 1) if "-" in part
-        else [int(part)])]
+    seeds = parse_seeds(a.seeds)
     models = {"gradient": make_banana(), "black_box": black_box_banana()}
     info = models["gradient"][1]
     ref = (info.ref_mean["beta"], info.ref_sd["beta"],

@@ -43,9 +43,9 @@ import pandas as pd  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
 import pymc_surrogate  # noqa: E402
-from benchmarks.banana_coverage import _f, git_commit  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
-    DEFAULT_RESULTS_DIR, _describe, environment_meta, sample_counted, split_names,
+    DEFAULT_RESULTS_DIR, _describe, environment_meta, format_cell, git_commit, parse_seeds,
+    sample_counted, split_names,
 )
 from benchmarks.models.hard_geometry import FUNNEL_SCALE, make_funnel  # noqa: E402
 from benchmarks.real_posteriors import tail_band  # noqa: E402
@@ -124,11 +124,11 @@ def write(rows: list[dict], out: Path, tag: str, meta: dict) -> None:
             ("wall_s", ".0f"), ("n_warnings", ".0f"), ("reasons", "")]
     lines = [f"# Neal's funnel: {tag}", ""] + [f"- **{k}**: {v}" for k, v in meta.items()]
     lines += ["", "| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_f(r.get(c), s) if s else _f(r.get(c)) for c, s in cols) + " |"
+    lines += ["| " + " | ".join(format_cell(r.get(c), s) if s else format_cell(r.get(c)) for c, s in cols) + " |"
               for r in rows]
     lines += ["", "## Errors and first warnings", ""]
     lines += [f"- {r['run']} ({r['model']}) seed {r['seed']}: "
-              f"{_f(r.get('error') or r.get('first_warning'))}"
+              f"{format_cell(r.get('error') or r.get('first_warning'))}"
               for r in rows if r.get("error") or r.get("first_warning")] or ["none"]
     lines += ["", "## What is measured", "", __doc__[__doc__.index("A run is"):].strip(), ""]
     (out / f"funnel_{tag}.md").write_text("\n".join(lines))
@@ -147,9 +147,7 @@ def main(argv=None) -> None:
     p.add_argument("--tag", default=f"{_dt.datetime.now():%Y%m%d-%H%M%S}")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR)
     a = p.parse_args(argv)
-    seeds = [s for part in split_names(a.seeds) for s in (
-        range(int(part.split("-")[0]), int(part.split("-")[1]) + 1) if "-" in part
-        else [int(part)])]
+    seeds = parse_seeds(a.seeds)
     env = environment_meta()
     meta = {"command": f"{sys.executable} " + " ".join(sys.argv), "git commit": git_commit(),
             "settings": f"d={a.dim} tune={a.tune} draws={a.draws} chains={a.chains} cores=1, "

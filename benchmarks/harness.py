@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import platform
+import subprocess
 import time
 import traceback
 import warnings
@@ -832,6 +833,39 @@ def write_results(
 def split_names(text: str | None) -> list[str]:
     """Names of a comma-separated command-line list (``[]`` for None or blank)."""
     return [t.strip() for t in text.split(",") if t.strip()] if text else []
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Seeds of a command-line list such as ``0,3,5`` or ``0-9`` (ranges inclusive)."""
+    seeds: list[int] = []
+    for part in split_names(text):
+        first, _, last = part.partition("-")
+        seeds.extend(range(int(first), int(last or first) + 1))
+    return seeds
+
+
+def git_commit() -> str:
+    """Short HEAD of this checkout, plus ``dirty (files)`` if tracked files differ from it
+    (``unknown`` outside a git checkout)."""
+    git = ["git", "-C", str(Path(__file__).resolve().parents[1])]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    changed = [line[3:] for line in status if line.strip()]
+    return head + (f" dirty ({', '.join(changed)})" if changed else "")
+
+
+def format_cell(value: Any, spec: str = ".3g") -> str:
+    """A markdown table cell: ``yes``/``no``, a number in ``spec`` (``–`` for NaN), text."""
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, float | int | np.floating | np.integer):
+        return "–" if np.isnan(value) else format(float(value), spec)
+    return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def log_to_stderr(logger: logging.Logger, label: str) -> None:

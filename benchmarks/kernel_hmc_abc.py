@@ -51,7 +51,8 @@ from benchmarks.harness import (  # noqa: E402
     environment_meta,
     write_results,
 )
-from benchmarks.kernel_hmc_sweep import git_commit, run_captured, surrogate_columns  # noqa: E402
+from benchmarks.harness import git_commit  # noqa: E402
+from benchmarks.kernel_hmc_sweep import run_captured, surrogate_columns  # noqa: E402
 
 COMMAND = "python benchmarks/kernel_hmc_abc.py"
 

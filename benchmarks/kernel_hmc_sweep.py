@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from benchmarks.harness import (  # noqa: E402
     DEFAULT_RESULTS_DIR,
     Reference,
     environment_meta,
+    git_commit,
     run_one,
     write_results,
 )
@@ -63,19 +63,6 @@ def kmc_fig2_covariance(d: int, seed: int) -> np.ndarray:
     rot = ortho_group.rvs(d, random_state=rng) if d > 1 else np.eye(1)
     cov = (rot * evals) @ rot.T
     return 0.5 * (cov + cov.T)
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(_REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(_REPO), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True).stdout
-        changed = [line[3:] for line in dirty.splitlines() if line.strip()]
-        return out + (f" (work tree also had uncommitted edits to: {', '.join(changed)})"
-                      if changed else "")
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 def surrogate_columns(idata) -> dict:

@@ -24,8 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 from pymc_surrogate.core.jitter import jittered_trajectory
-from pymc_surrogate.core.metropolis import metropolis_accept, surrogate_transition_log_ratio
-from pymc_surrogate.core.types import TransitionInfo
+from pymc_surrogate.core.metropolis import metropolis_accept
+from pymc_surrogate.core.transitions import correct_surrogate_move
 from pymc_surrogate.surrogates.third_derivatives import rotate
 
 __all__ = [
@@ -254,10 +254,10 @@ def riemannian_move(start: Geometry, field: Field3, alpha: float, step_size: flo
         iterations += result.iterations
         geom, p = result.geom, result.p
         if not result.converged:
-            return _diverged(start, h0, step + 1, iterations, implicit=True)
+            return _diverged(start, step + 1, iterations, implicit=True)
     error = hamiltonian(geom, p) - h0
     if not np.isfinite(error) or error > max_energy_error:
-        return _diverged(start, h0, n_steps, iterations, implicit=False, error=error)
+        return _diverged(start, n_steps, iterations, implicit=False, error=error)
     back, p_back = geom, -p
     for _ in range(n_steps):
         result = leapfrog_step(back, p_back, step_size, field, alpha, tol, max_iter)
@@ -273,7 +273,7 @@ def riemannian_move(start: Geometry, field: Field3, alpha: float, step_size: flo
                           iterations / n_steps, 0, False)
 
 
-def _diverged(start: Geometry, h0: float, n_steps: int, iterations: int, implicit: bool,
+def _diverged(start: Geometry, n_steps: int, iterations: int, implicit: bool,
               error: float = np.inf) -> RiemannianMove:
     return RiemannianMove(start, False, 0.0, True, float(error) if np.isfinite(error) else np.inf,
                           n_steps, iterations / max(n_steps, 1), int(implicit), False)
@@ -310,22 +310,13 @@ def riemannian_surrogate_transition(
         diverged |= move.diverged
         iterations += move.fixed_point_iterations * move.n_steps
         failures += move.implicit_failures
-    adapt_stat = float(np.mean(probs))
-    inner = dict(adapt_stat=adapt_stat, diverging=diverged, n_steps=n_steps,
+    inner = dict(adapt_stat=float(np.mean(probs)), diverging=diverged, n_steps=n_steps,
                  surrogate_energy_error=error, step_size=eps)
-    stats = (iterations / max(n_steps, 1), failures)
-    if geom is start:
-        return RiemannianTransition(TransitionInfo(
-            point=current, accepted=False, accept_prob=adapt_stat, energy=current.potential,
-            energy_error=0.0, correction_prob=1.0, **inner), *stats)
-    proposal = evaluate(geom.q)
-    log_ratio = surrogate_transition_log_ratio(current.potential, proposal.potential,
-                                               start.potential, geom.potential)
-    accepted, prob = metropolis_accept(log_ratio, rng)
-    point = proposal if accepted else current
-    return RiemannianTransition(TransitionInfo(
-        point=point, accepted=accepted, accept_prob=prob * adapt_stat, energy=point.potential,
-        energy_error=-log_ratio, correction_prob=prob, **inner), *stats)
+    # The `energy` stat is the true potential alone (kinetic 0): the Riemannian kinetic
+    # energy is the surrogate metric's, which the true model does not define.
+    info = correct_surrogate_move(current, evaluate, None if geom is start else geom.q,
+                                  start.potential, geom.potential, 0.0, inner, rng)
+    return RiemannianTransition(info, iterations / max(n_steps, 1), failures)
 
 
 def tempered3(field: Field3, temperature: float) -> Field3:
@@ -338,7 +329,7 @@ def tempered3(field: Field3, temperature: float) -> Field3:
         value, grad, hessian, third = field(q)
         parts = third if isinstance(third, list | tuple) else [third]
         return (cool * value, cool * grad, cool * hessian,
-                [part * cool if isinstance(part, np.ndarray) else part._replace(coef=cool * part.coef)
+                [part * cool if isinstance(part, np.ndarray) else part.scaled(cool)
                  for part in parts])
 
     return scaled

@@ -36,6 +36,7 @@ __all__ = [
     "exact_hmc_transition",
     "surrogate_hmc_transition",
     "surrogate_transition",
+    "correct_surrogate_move",
     "differential_evolution_transition",
     "independence_transition",
 ]
@@ -175,22 +176,34 @@ def surrogate_transition(
     adapt_stat = float(np.mean(probs))
     inner = dict(adapt_stat=adapt_stat, diverging=diverged, n_steps=n_steps,
                  surrogate_energy_error=move.energy_error, step_size=move.step_size)
-    if q is current.q:
+    return correct_surrogate_move(current, evaluate, None if q is current.q else q,
+                                  s_start, s_potential, move.kinetic, inner, rng)
+
+
+def correct_surrogate_move(
+    current: ChainPoint, evaluate: Evaluate, q: np.ndarray | None, s_start: float,
+    s_end: float, kinetic: float, inner: dict, rng: np.random.Generator,
+) -> TransitionInfo:
+    """The surrogate transition's one test with the true potential: the inner chain, exact
+    for the surrogate, moved from ``current`` (surrogate potential ``s_start``) to ``q``
+    (``s_end``; None: it did not move, and no model evaluation is needed). ``inner``: the
+    inner moves' ``adapt_stat``, ``diverging``, ``n_steps``, ``surrogate_energy_error``
+    and ``step_size``, whichever kernel made them (Euclidean or Riemannian HMC)."""
+    adapt_stat = inner["adapt_stat"]
+    if q is None:
         # Reported acceptance: the chance the whole transition moves (inner times outer).
         return TransitionInfo(
             point=current, accepted=False, accept_prob=adapt_stat,
-            energy=hamiltonian(current.potential, move.kinetic), energy_error=0.0,
+            energy=hamiltonian(current.potential, kinetic), energy_error=0.0,
             correction_prob=1.0, **inner,
         )
     proposal = evaluate(q)
-    log_ratio = surrogate_transition_log_ratio(
-        current.potential, proposal.potential, s_start, s_potential
-    )
+    log_ratio = surrogate_transition_log_ratio(current.potential, proposal.potential, s_start, s_end)
     accepted, prob = metropolis_accept(log_ratio, rng)
     point = proposal if accepted else current
     return TransitionInfo(
         point=point, accepted=accepted, accept_prob=prob * adapt_stat,
-        energy=hamiltonian(point.potential, move.kinetic), energy_error=-log_ratio,
+        energy=hamiltonian(point.potential, kinetic), energy_error=-log_ratio,
         correction_prob=prob, **inner,
     )
 

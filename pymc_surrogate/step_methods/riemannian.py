@@ -74,7 +74,7 @@ class RiemannianTrajectories:
         field = self._riemann_field(chain, temperature)
         result = riemannian_surrogate_transition(
             current, lambda q: self._evaluate(chain, q, with_grad=with_grad, record=record),
-            field, self.softabs_alpha, self._riemann_step_size(chain),
+            field, self.softabs_alpha, chain.step_adapt.current(self.tune and not chain.frozen),
             self.path_length, self._inner_transitions(chain), self.rng, self.max_energy_error,
         )
         self._riemann_last = (result.fixed_point_iterations, result.implicit_failures)
@@ -86,34 +86,23 @@ class RiemannianTrajectories:
         surrogate = chain.surrogate
         return tempered3(lambda q: random_network_derivatives(surrogate, q), temperature)
 
-    def _riemann_step_size(self, chain: ChainState) -> float:
-        """The Riemannian kernel's own step size, dual-averaged on its inner acceptance
-        through tuning. It starts at the Euclidean warm-up's and is not reset by it: a
-        metric of the local curvature wants another step (2-d funnel: 0.02-0.08 where the
-        Euclidean warm-up gave 0.18-0.25, at which 784 and 891 inner moves of the two
-        chains' 1000 draws ended in an implicit step that did not converge)."""
-        if chain.riemann_step is None:
-            chain.riemann_step = self._step_size_adaptation(chain.step_adapt.current(False))
-        return chain.riemann_step.current(self.tune and not chain.frozen)
-
-    def _adapt(self, chain: ChainState, info: TransitionInfo, exploring: bool) -> None:
-        if self.metric == "riemannian" and not exploring and chain.riemann_step is not None:
-            chain.riemann_step.update(info.adapt_stat, True)
-        super()._adapt(chain, info, exploring)
-
     def _adapt_to_surrogate(self, chain: ChainState, chain_scale, warm_up) -> None:
         super()._adapt_to_surrogate(chain, chain_scale, warm_up)
         if self.metric == "riemannian":
             self._riemannian_warm_up(chain, chain_scale.mean)
 
     def _riemannian_warm_up(self, chain: ChainState, fallback_start: np.ndarray) -> None:
-        """Dual-average the Riemannian step size on the new surrogate alone (no model
-        evaluation): the draws run on the final fit, whose curvature can differ from the
-        fit tuning adapted to (2-d funnel: a step tuned at acceptance 0.78 left 1531 failed
-        inner moves in one chain's 1000 draws on the final fit)."""
-        start = chain.riemann_step.current(False) if chain.riemann_step is not None else (
-            chain.step_adapt.current(False))
-        adapt = self._step_size_adaptation(start)
+        """The step size for this surrogate: dual averaging over Riemannian moves on it
+        alone (no model evaluation), from the Euclidean warm-up's step, then on through
+        tuning on the transitions' inner acceptance (``SurrogateStep._adapt``).
+
+        A metric of the local curvature wants another step than the Euclidean one (2-d
+        funnel: 0.02-0.08 against 0.18-0.25, at which 784 and 891 inner moves of two
+        chains' 1000 draws ended in an implicit step that did not converge), and the draws
+        run on the final fit, whose curvature can differ from the fit tuning adapted to (a
+        step tuned at acceptance 0.78 left 1531 failed inner moves in one chain's draws).
+        """
+        adapt = self._step_size_adaptation(chain.step_adapt.current(False))
         field = self._riemann_field(chain, chain.coverage.temperature)
         geom = geometry(chain.current.q if chain.current is not None else fallback_start,
                         field, self.softabs_alpha)
@@ -124,7 +113,7 @@ class RiemannianTrajectories:
                                    max_energy_error=self.max_energy_error)
             adapt.update(move.accept_prob, True)
             geom = move.geom
-        chain.riemann_step = self._step_size_adaptation(adapt.current(False))
+        chain.step_adapt = self._step_size_adaptation(adapt.current(False))
 
     def _extra_stats(self, chain: ChainState) -> dict:
         iterations, failures = self._riemann_last

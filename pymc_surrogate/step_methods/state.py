@@ -131,7 +131,6 @@ class ChainState:
     health: HealthRecord = field(default_factory=HealthRecord)
     online: OnlineState = field(default_factory=OnlineState)
     coverage: CoverageState = field(default_factory=CoverageState)
-    riemann_step: Any = None  # riemannian.py: the Riemannian kernel's step-size adaptation
     # Warnings for the next draws' `warning` stat: PyMC logs that stat in the parent process
     # with any `cores`, where a warnings.warn in a worker process would be lost.
     pending_warnings: deque = field(default_factory=deque)

@@ -54,9 +54,9 @@ def _add_wall(hessian, third, white, radius, wall, inv_chol) -> None:
     R x x^T / rho^3``, third ``R / rho^3 sym(x (x) I) - 3 R / rho^5 x (x) x (x) x``."""
     hessian += inv_chol.T @ ((1.0 - wall / radius) * np.eye(white.size)
                              + (wall / radius**3) * np.outer(white, white)) @ inv_chol
-    pulled = (inv_chol.T @ white)[None, :]  # x pulled back to q: (L^-1)^T x
-    third.append(SymmetrisedOuter(np.array([wall / radius**3]), pulled, inv_chol.T @ inv_chol))
-    third.append(RankOneCubes(np.array([-3.0 * wall / radius**5]), pulled))
+    pulled = inv_chol.T @ white  # x pulled back to q: (L^-1)^T x
+    third.append(SymmetrisedOuter((wall / radius**3) * pulled, inv_chol.T @ inv_chol))
+    third.append(RankOneCubes(np.array([-3.0 * wall / radius**5]), pulled[None, :]))
 
 
 def _add_radial(hessian, third, surrogate, white, inv_chol) -> None:
@@ -68,5 +68,5 @@ def _add_radial(hessian, third, surrogate, white, inv_chol) -> None:
     scale = surrogate._node_coef * omega * h
     pulled = diff @ inv_chol  # rows: (L^-1)^T e
     hessian += pulled.T @ ((scale * omega)[:, None] * pulled) - np.sum(scale) * (inv_chol.T @ inv_chol)
-    third.append(SymmetrisedOuter(scale * omega, pulled, inv_chol.T @ inv_chol))
+    third.append(SymmetrisedOuter(pulled.T @ (scale * omega), inv_chol.T @ inv_chol))
     third.append(RankOneCubes(-scale * omega**2, pulled))

@@ -27,6 +27,9 @@ class RankOneCubes(NamedTuple):
     def rotated(self, eigvecs: np.ndarray) -> _RotatedCubes:
         return _RotatedCubes(self.coef, self.vectors, self.vectors @ eigvecs)
 
+    def scaled(self, factor: float) -> RankOneCubes:
+        return self._replace(coef=factor * self.coef)
+
 
 class _RotatedCubes(NamedTuple):
     coef: np.ndarray
@@ -42,37 +45,35 @@ class _RotatedCubes(NamedTuple):
 
 
 class SymmetrisedOuter(NamedTuple):
-    """``sum_s c_s (a_s,i S_jk + a_s,j S_ik + a_s,k S_ij)`` for one symmetric ``S`` (a
-    radial function's third derivative has this part, with ``S`` its frame's metric)."""
+    """``a_i S_jk + a_j S_ik + a_k S_ij`` for a vector ``a`` and a symmetric ``S`` (a radial
+    function's third derivative has this part, with ``S`` its frame's metric; a sum of such
+    terms with one ``S`` is one term, the ``a`` summed)."""
 
-    coef: np.ndarray  # (s,)
-    vectors: np.ndarray  # (s, d): the a_s
+    vector: np.ndarray  # (d,): a
     matrix: np.ndarray  # (d, d): S
 
     def rotated(self, eigvecs: np.ndarray) -> _RotatedOuter:
         s_q = self.matrix @ eigvecs
-        return _RotatedOuter(self.coef, self.vectors, self.vectors @ eigvecs, s_q,
-                             eigvecs.T @ s_q)
+        return _RotatedOuter(self.vector, eigvecs.T @ self.vector, s_q, eigvecs.T @ s_q)
+
+    def scaled(self, factor: float) -> SymmetrisedOuter:
+        return self._replace(vector=factor * self.vector)
 
 
 class _RotatedOuter(NamedTuple):
-    coef: np.ndarray
-    vectors: np.ndarray
-    turned: np.ndarray  # A = a Q, (s, d)
-    s_q: np.ndarray  # S Q
-    p: np.ndarray  # Q^T S Q
     # (Q^T T_i Q)_kl = a_i P_kl + A_k (SQ)_il + A_l (SQ)_ik
+    vector: np.ndarray  # a
+    turned: np.ndarray  # A = Q^T a
+    s_q: np.ndarray  # S Q
+    p: np.ndarray  # P = Q^T S Q
 
     def trace(self, ratio: np.ndarray) -> np.ndarray:
-        return (self.vectors.T @ self.coef) * float(np.diag(self.p) @ ratio) + 2.0 * (
-            self.s_q @ (ratio * (self.coef @ self.turned)))
+        return self.vector * float(np.diag(self.p) @ ratio) + 2.0 * (self.s_q @ (ratio * self.turned))
 
     def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
-        # sym(a (x) S) is linear in a: the terms collapse to a = sum_s c_s a_s.
-        a, turned = self.vectors.T @ self.coef, self.turned.T @ self.coef
-        return (np.outer(a, (divided * self.p) @ u)
-                + ((self.s_q * u) @ divided) * turned
-                + self.s_q * (divided @ (turned * u)))
+        return (np.outer(self.vector, (divided * self.p) @ u)
+                + ((self.s_q * u) @ divided) * self.turned
+                + self.s_q * (divided @ (self.turned * u)))
 
 
 class _RotatedDense(NamedTuple):

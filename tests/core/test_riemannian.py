@@ -161,9 +161,9 @@ def test_structured_third_derivatives_contract_as_their_dense_tensors():
     root = rng.standard_normal((d, d))
     matrix = root @ root.T
     cubes = RankOneCubes(coef, vectors)
-    outer = SymmetrisedOuter(coef[::-1].copy(), vectors[::-1].copy(), matrix)
+    outer = SymmetrisedOuter(rng.standard_normal(d), matrix)
     dense = np.einsum("s,si,sj,sk->ijk", cubes.coef, vectors, vectors, vectors)
-    a = outer.vectors.T @ outer.coef  # sum_s c_s a_s
+    a = outer.vector
     dense += (np.einsum("i,jk->ijk", a, matrix) + np.einsum("j,ik->ijk", a, matrix)
               + np.einsum("k,ij->ijk", a, matrix))
     hessian = matrix - 2 * np.eye(d)  # not convex: SoftAbs must matter

@@ -30,23 +30,21 @@ __all__ = ["narrow_surrogate", "no_metropolis_correction", "shift_one_chain", "s
 def no_metropolis_correction():
     """Within the block, the surrogate-transition correction accepts every proposal.
 
-    Patches the log acceptance ratio of ``core.transitions.surrogate_transition`` (the
-    default ``correction="surrogate_transition"`` of SurrogateHMC and AdaptiveSurrogateHMC)
+    Patches the log acceptance ratio of ``core.transitions.correct_surrogate_move`` (the
+    default ``correction="surrogate_transition"`` of SurrogateHMC and AdaptiveSurrogateHMC,
+    Euclidean or Riemannian)
     to ``+inf``; the inner HMC moves on the surrogate keep their own Metropolis test, so
     the chain targets the surrogate density exactly. In-process only: sample with
     ``cores=1``.
     """
-    from pymc_surrogate.core import riemannian, transitions
+    from pymc_surrogate.core import transitions
 
-    modules = (transitions, riemannian)  # the Euclidean and the Riemannian transition
-    originals = [module.surrogate_transition_log_ratio for module in modules]
-    for module in modules:
-        module.surrogate_transition_log_ratio = lambda *args: np.inf
+    original = transitions.surrogate_transition_log_ratio
+    transitions.surrogate_transition_log_ratio = lambda *args: np.inf
     try:
         yield
     finally:
-        for module, original in zip(modules, originals, strict=True):
-            module.surrogate_transition_log_ratio = original
+        transitions.surrogate_transition_log_ratio = original
 
 
 def shift_one_chain(x: np.ndarray, sd, fraction: float = 0.5) -> np.ndarray:

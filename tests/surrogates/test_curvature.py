@@ -20,7 +20,7 @@ def _dense(parts, d):
             out += np.einsum("s,si,sj,sk->ijk", part.coef, part.vectors, part.vectors, part.vectors)
         else:
             assert isinstance(part, SymmetrisedOuter)
-            a = part.vectors.T @ part.coef
+            a = part.vector
             out += (np.einsum("i,jk->ijk", a, part.matrix) + np.einsum("j,ik->ijk", a, part.matrix)
                     + np.einsum("k,ij->ijk", a, part.matrix))
     return out
