@@ -6,9 +6,11 @@ corrects with the true model logp, so the chain targets the exact posterior.
 
 from pymc_surrogate.step_methods import (
     AdaptiveSurrogateHMC,
+    EvaluationStore,
     KernelHMC,
     ModelEvaluationError,
     SparseGridHMC,
+    StoreMismatchError,
     SurrogateHMC,
     SurrogateStep,
     VariationalHMC,
@@ -25,4 +27,4 @@ STEP_METHODS: dict[str, type[SurrogateStep]] = {
     "SparseGridHMC": SparseGridHMC,
 }
 
-__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "KernelHMC", "SparseGridHMC", "SurrogateStep", "ModelEvaluationError", "STEP_METHODS"]
+__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "KernelHMC", "SparseGridHMC", "SurrogateStep", "ModelEvaluationError", "EvaluationStore", "StoreMismatchError", "STEP_METHODS"]

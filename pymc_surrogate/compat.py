@@ -17,9 +17,16 @@ import numpy as np
 import xarray as xr
 from pytensor.graph.op import Op
 
+try:  # PyTensor >= 2.32 moved graph walks to pytensor.graph.traversal
+    from pytensor.graph.traversal import ancestors, io_toposort
+except ImportError:  # pragma: no cover - older PyTensor 2.x
+    from pytensor.graph.basic import ancestors, io_toposort
+
 __all__ = [
     "PYTENSOR_PULLBACK",
     "VJPOp",
+    "ancestors",
+    "io_toposort",
     "bfmi",
     "bulk_ess",
     "concat_chains",

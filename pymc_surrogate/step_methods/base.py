@@ -42,6 +42,7 @@ from pymc_surrogate.step_methods.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.refit import Refits
 from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, gradient_setting
 from pymc_surrogate.step_methods.settings import block_variables, check_settings
+from pymc_surrogate.step_methods.sharing import SharedEvaluations, make_store
 from pymc_surrogate.step_methods.state import (
     ChainState,
     ExploreState,
@@ -54,7 +55,7 @@ __all__ = ["SurrogateStep", "ChainState"]
 
 
 class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, TailJumps, ChainHealth,
-                    ArrayStepShared):
+                    SharedEvaluations, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -82,8 +83,9 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         self, vars=None, *, target_accept: float = 0.8, path_length: float = 2.8,
         dense_mass: bool | str = "auto", explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0, tail_jumps: float | str = "auto",
-        use_gradient: bool | str = "auto", model=None, blocked: bool = True, rng=None,
-        initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,
+        use_gradient: bool | str = "auto", store=None, model=None, blocked: bool = True,
+        rng=None, initial_point: dict | None = None, compile_kwargs: dict | None = None,
+        **kwargs,
     ):
         owner = type(self).__name__
         refuse_in_a_rerun_script(owner)
@@ -111,6 +113,9 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         self.tune = True
         super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
         self.context = BlockContext(self.functions.shared, self.dim, owner)
+        self.store = make_store(store, owner)
+        self._bind_store(model, vars, store)
+        self._note_warm_store()
         self.chain = self._new_chain()
 
     def _model_functions(self, model, vars, initial_point, use_gradient, compile_kwargs):
@@ -165,6 +170,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         if chain.frozen:
             return
         tuned_length = self._tuned_length(chain)
+        self._read_shared(chain)  # the final fit sees every chain's tuning
         chain.frozen = True
         if self._final_fit(chain):
             self._choose_tail_jumps(chain)
@@ -211,6 +217,8 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
 
         # 3. adaptation (tune only), then the online policy's hook
         if self.tune and not chain.frozen:
+            if exploring:
+                self._count_exploration(chain)
             self._adapt(chain, info, exploring)
         self._after_iteration(chain, info)
         chain.iteration += 1
@@ -303,6 +311,8 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         """Evaluate the true model at ``q``, count it, and keep it as training data (unless
         ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's)."""
         point = self.evaluator.evaluate(chain, q, with_grad, self.tune)
+        if np.isfinite(point.potential):
+            self._store_evaluation(chain, point)
         if record and self.policy.records(chain.frozen) and np.isfinite(point.potential):
             chain.training.append(point.q, point.potential, point.grad, self.context.values())
             self._on_evaluation(chain, point)

@@ -31,6 +31,10 @@ class Tuning:
     newton_steps: int = 3
     #: ... which costs d + 1 gradient evaluations: skipped above this dimension.
     max_hessian_dim: int = 200
+    #: Share of ``explore_steps`` every chain explores from its own start before it fits on
+    #: the chains' pooled evaluations (sharing.py): a quarter, what each of PyMC's default
+    #: four chains explores when they run at once.
+    own_exploration_share: float = 0.25
     # --- the stall fallback (exploration.py, refit.py)
     #: Surrogate steps over which a stall is judged (black-box PDE: acceptance 0 for the
     #: rest of tuning after a poor early fit).

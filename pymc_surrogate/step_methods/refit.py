@@ -104,9 +104,9 @@ class Refits:
     def _data_shortfall(self, chain: ChainState) -> list[str]:
         """What a chain lacked for a first fit, for the warning when tuning ends without one."""
         short = []
-        if chain.iteration < self.explore_steps:
-            short.append(f"{chain.iteration} iterations, fewer than the {self.explore_steps} "
-                         "exploration steps before a first fit")
+        if self._explored(chain) < self.explore_steps:
+            short.append(f"{self._explored(chain)} exploration iterations, fewer than the "
+                         f"{self.explore_steps} before a first fit")
         points = self._points_shortfall(chain)
         return short + ([points] if points else [])
 
@@ -117,7 +117,9 @@ class Refits:
         return f"{len(chain.training)} training points, fewer than the {self._min_points()} a fit needs"
 
     def _enough_data(self, chain: ChainState) -> bool:
-        return chain.iteration >= self.explore_steps and self._points_shortfall(chain) is None
+        """Enough exploration (of all chains sharing a store) and enough points to fit."""
+        self._read_shared(chain)
+        return self._explored(chain) >= self.explore_steps and self._points_shortfall(chain) is None
 
     def _after_tune_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.surrogate is None:
@@ -174,6 +176,7 @@ class Refits:
         """
         kept = (chain.surrogate, chain.learner, chain.metric, chain.step_adapt,
                 chain.path_adapt, chain.whitening, chain.coverage)
+        self._read_shared(chain)
         try:
             chain.whitening = self._posterior_scale(chain, dense=True)
             chain_scale = (chain.whitening if self._dense_chain_scale(chain)

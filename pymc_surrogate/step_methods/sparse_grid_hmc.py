@@ -101,7 +101,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         Hamiltonian).
     **kwargs
         Everything ``SurrogateHMC`` takes: ``target_accept``, ``path_length``,
-        ``dense_mass``, ``explore_steps``, ``max_energy_error``, ``use_gradient``,
+        ``dense_mass``, ``explore_steps``, ``store``, ``max_energy_error``, ``use_gradient``,
         ``model``, ``rng``, ``initial_point``, ``compile_kwargs``, ``blocked``.
 
     Notes

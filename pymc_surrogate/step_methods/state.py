@@ -118,6 +118,8 @@ class ChainState:
     current: ChainPoint | None = None  # with its true logp, cached
     current_key: bytes | None = None
     iteration: int = 0
+    writer: str | None = None  # the chain's name in the evaluation store (sharing.py)
+    store_cursor: int = 0  # the last store row it has read
     frozen: bool = False  # tuning has ended
     positions: list = field(default_factory=list)  # chain states during tune (for scale)
     position_potentials: list = field(default_factory=list)  # their true potentials

@@ -54,7 +54,17 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
     target_accept, path_length : float
         Step-size target (HMC on the surrogate alone); longest integration time.
     explore_steps : int or "auto"
-        Tuning iterations before the first fit (60 with gradients, ``max(300, 30 d)``).
+        Exploration iterations before the first fit (60 with gradients,
+        ``max(300, 30 d)``), counted over every chain that shares the store.
+    store : None, path, EvaluationStore or False
+        Where every model evaluation goes, from every chain. ``None`` (default): a
+        temporary store this run's chains share (``cores=1`` or more): in tuning each
+        chain fits on all chains' evaluations and its first fit waits for
+        ``explore_steps`` exploration iterations of all chains together; after tuning
+        each chain freezes its own surrogate, so the draws stay exact. A path (an SQLite
+        file): kept after the run, a kill included; a later run given it fits before its
+        first draw (``tune=0`` then spends no model evaluation on tuning). It refuses
+        another model's file. ``False``: each chain learns alone. See ``EvaluationStore``.
     tail_jumps : "auto" or float
         Share of draws that are independence Cauchy proposals; "auto" checks the tails.
     dense_mass : bool or "auto", default "auto"

@@ -42,16 +42,32 @@ test_one_and_two_processes_recover_the_posterior.ci_rotation = 3
 
 def test_sequential_chains_start_from_scratch(step):
     # cores=1 reuses one step object for every chain: chain 2 must not inherit chain 1's
-    # training data, surrogate or counters.
+    # training data, surrogate or counters -- when chains learn alone (store=False).
     mean, cov = correlated_gaussian(3, seed=32)
     with gaussian_model(mean, cov):
-        idata = sample(step(), draws=200, tune=300, discard_tuned_samples=False)
+        idata = sample(step(store=False), draws=200, tune=300, discard_tuned_samples=False)
     warm = idata.warmup_sample_stats
     first_evals = warm["total_model_evals"].values[:, 0]
     first_size = warm["training_size"].values[:, 0]
     assert first_evals[1] <= 2 * max(first_evals[0], 50), first_evals
     assert first_size[1] <= 2 * max(first_size[0], 50), first_size
     assert warm["surrogate_fits"].values[1, 0] == 0 if "surrogate_fits" in warm else True
+
+
+def test_sequential_chains_share_evaluations_not_surrogates(step):
+    # With the default store chain 2 learns from chain 1's evaluations, but its counters
+    # and its fits are its own.
+    mean, cov = correlated_gaussian(3, seed=32)
+    with gaussian_model(mean, cov):
+        shared = step()
+        idata = sample(shared, draws=200, tune=300, discard_tuned_samples=False)
+    warm = idata.warmup_sample_stats
+    first_evals = warm["total_model_evals"].values[:, 0]
+    assert first_evals[1] <= 2 * max(first_evals[0], 50), first_evals
+    chain_one = int(idata.sample_stats["total_model_evals"].values[0, -1])
+    if shared.policy.source == "evaluations":  # the store's readers
+        assert warm["training_size"].values[1, 0] >= chain_one, warm["training_size"].values[:, 0]
+    assert warm["surrogate_fits"].values[1, 0] <= 1 if "surrogate_fits" in warm else True
 
 
 def test_spawn_start_method_pickles_the_step(step):

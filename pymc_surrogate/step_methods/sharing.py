@@ -1,0 +1,110 @@
+"""The step's side of the evaluation store (``evaluation_store.py``): what goes in, when a
+chain reads the other chains' evaluations, and how much exploration counts as enough.
+
+Every finite model evaluation goes into the store. In tuning, before each decision to fit
+and before each fit, a chain that learns from evaluations adds the rows other chains (and
+earlier runs) wrote since it last looked. Exploration iterations are counted in the store
+too: a chain's first fit waits for ``explore_steps`` of them from all chains together, not
+from itself alone, and for ``own_exploration_share`` of them from its own start, so that
+the pooled data hold every chain's region even when chains run one after the other (chains
+that all fit on the first chain's exploration would all miss what it missed, and R-hat
+could no longer tell). A store that already held ``explore_steps`` of exploration when
+the step was made (a kept file of an earlier run) is trusted as it is: a rerun fits at once.
+In the draws nothing is read: each chain's surrogate is frozen, so its kernel, and the
+draws' exactness, do not depend on the other chains.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pymc_surrogate.step_methods.evaluation_store import EvaluationStore, model_key
+from pymc_surrogate.step_methods.state import ChainState
+
+__all__ = ["SharedEvaluations", "make_store"]
+
+
+def make_store(store, owner: str) -> EvaluationStore | None:
+    """The step's store from its ``store`` argument (see ``SurrogateHMC``)."""
+    if store is None:
+        return EvaluationStore()
+    if store is False:
+        return None
+    if isinstance(store, EvaluationStore):
+        return store
+    if isinstance(store, str | os.PathLike):
+        return EvaluationStore(store)
+    raise TypeError(
+        f"{owner}: store must be None (in memory, shared by this run's chains), a path "
+        "(an SQLite file kept after the run), an EvaluationStore, or False (each chain "
+        f"learns alone); got {type(store).__name__}."
+    )
+
+
+class SharedEvaluations:
+    """Mixin of ``SurrogateStep``: record to and read from ``self.store``."""
+
+    store: EvaluationStore | None = None
+    _warm_store: bool = False
+
+    def _bind_store(self, model, vars, given) -> None:
+        """Claim a store the user gave for this model (a step's own needs no key)."""
+        if self.store is None or given is None:
+            return
+        described = ", ".join(f"{v.name}{tuple(v.type.shape)}" for v in vars)
+        key = "" if self.store.user_key else model_key(model, vars, model.logp())
+        self.store.bind(key, self.dim, self.context.dim, described)
+
+    def _writer(self, chain: ChainState) -> str:
+        # Made at a chain's first evaluation: PyMC restores every chain (cores=1) from one
+        # initial state, so a name made with it would be every chain's.
+        if chain.writer is None:
+            chain.writer = EvaluationStore.new_writer()
+        return chain.writer
+
+    def _store_evaluation(self, chain: ChainState, point) -> None:
+        if self.store is not None:
+            self.store.append(self._writer(chain), point.q, point.potential, point.grad,
+                              self.context.values() if self.context.dim else None)
+
+    @property
+    def _learns_from_store(self) -> bool:
+        """A surrogate learnt from model evaluations; never a noisy (pseudo-marginal)
+        logp, whose estimates are the chain's own."""
+        return (self.store is not None and not self.pseudo_marginal
+                and self.policy.source == "evaluations")
+
+    def _reads_store(self, chain: ChainState) -> bool:
+        return self._learns_from_store and not chain.frozen
+
+    def _read_shared(self, chain: ChainState) -> int:
+        """Add the other chains' new evaluations to the chain's training set."""
+        if not self._reads_store(chain):
+            return 0
+        rows = self.store.read(chain.store_cursor, self._writer(chain), self.dim,
+                               self.context.dim)
+        for i in range(rows.potentials.size):
+            chain.training.append(rows.positions[i], rows.potentials[i], rows.gradients[i],
+                                  rows.contexts[i])
+        chain.store_cursor = rows.last_id
+        return rows.potentials.size
+
+    def _count_exploration(self, chain: ChainState) -> None:
+        if self.store is not None and not chain.frozen:
+            self.store.add_explored(1)
+
+    def _note_warm_store(self) -> None:
+        """Whether the store held a full exploration before this step was made."""
+        self._warm_store = bool(self._learns_from_store
+                                and self.store.explored >= self.explore_steps)
+
+    def _explored(self, chain: ChainState) -> int:
+        """Exploration iterations behind the chain's data: all chains' when they share,
+        once the chain has explored its own share (before its first fit every iteration
+        of a chain is exploration)."""
+        if not self._learns_from_store:
+            return chain.iteration
+        own_share = self.tuning.own_exploration_share * self.explore_steps
+        if not self._warm_store and chain.iteration < own_share:
+            return chain.iteration
+        return max(chain.iteration, self.store.explored)
