@@ -217,9 +217,9 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
 
         # 3. adaptation (tune only), then the online policy's hook
         if self.tune and not chain.frozen:
-            if exploring:
-                self._count_exploration(chain)
             self._adapt(chain, info, exploring)
+            if exploring:  # after the fit decision, which counts the iterations before this
+                self._count_exploration(chain)
         self._after_iteration(chain, info)
         chain.iteration += 1
         chain.current = info.point
