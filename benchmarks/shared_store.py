@@ -5,8 +5,8 @@ sharing their store, right (R-hat <= 1.01) with <= 5 solves per pooled min ESS, 
 included::
 
     PYTHONPATH=. python benchmarks/shared_store.py --tag tune300
-    python benchmarks/shared_store.py --samplers SurrogateHMC --cores 1 --modes 4 --mesh 10 \
-        --tune 300 --draws 200 --tag smoke
+    python benchmarks/shared_store.py --samplers SurrogateHMC --cores 4 --sharing shared \
+        --seeds 1-5 --tag tune300_seeds
 
 Each run is one ``pm.sample`` on the black-box PDE (``benchmarks.models.make_pde_model``,
 the forward solve only) with ``store=None`` (the chains share a temporary store) or
@@ -44,7 +44,7 @@ import pymc as pm  # noqa: E402
 
 import pymc_surrogate  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
-    DEFAULT_RESULTS_DIR, environment_meta, format_cell, git_commit, split_names,
+    DEFAULT_RESULTS_DIR, environment_meta, format_cell, git_commit, parse_seeds, split_names,
 )
 from benchmarks.models import make_pde_model  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
@@ -99,17 +99,18 @@ def measure(idata, ref, tune: int) -> dict:
     }
 
 
-def run(sampler: str, sharing: str, cores: int, args, ref) -> dict:
+def run(sampler: str, sharing: str, cores: int, seed: int, args, ref) -> dict:
     model, _ = make_pde_model(n_modes=args.modes, mesh_size=args.mesh, gradient=False)
     cls = pymc_surrogate.STEP_METHODS[sampler]
     start = time.perf_counter()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample(draws=args.draws, tune=args.tune, chains=args.chains, cores=cores,
-                          random_seed=args.seed, progressbar=False,
+                          random_seed=seed, progressbar=False,
                           discard_tuned_samples=False, compute_convergence_checks=False,
                           step=cls(store=None if sharing == "shared" else False))
-    row = {"sampler": sampler, "chains": sharing, "cores": cores, **measure(idata, ref, args.tune)}
+    row = {"sampler": sampler, "chains": sharing, "cores": cores, "seed": seed,
+           **measure(idata, ref, args.tune)}
     row["wall_s"] = time.perf_counter() - start
     return row
 
@@ -122,10 +123,12 @@ def write(rows: list[dict], args, out: Path) -> None:
         f"# Shared evaluation store: {args.tag}", "",
         f"`{' '.join(['python', 'benchmarks/shared_store.py'] + sys.argv[1:])}`", "",
         f"Black-box elliptic PDE, d = {args.modes}, mesh {args.mesh}x{args.mesh}; "
-        f"{args.chains} chains x ({args.tune} + {args.draws}), seed {args.seed}; commit "
+        f"{args.chains} chains x ({args.tune} + {args.draws}), seeds {args.seeds}; commit "
         f"{git_commit()}, {meta.get('versions', '')}, {_dt.datetime.now():%Y-%m-%d %H:%M}. "
         "Reference: NUTS with the adjoint gradient, 4 x (1000 + "
-        f"{args.ref_draws}). Solves are counted in every process (the steps' stats).", "",
+        f"{args.ref_draws}), seed {args.seed}. Solves are counted in every process (the "
+        "steps' stats). With cores > 1 the chains' interleaving, and so what each reads "
+        "from the store, varies from run to run: a seed does not fix a shared run.", "",
         "| " + " | ".join(frame.columns) + " |",
         "|" + "---|" * len(frame.columns),
     ]
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tune", type=int, default=300)
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--chains", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="the reference run's seed")
+    parser.add_argument("--seeds", default="1", help="the runs' seeds, e.g. 1-3")
     parser.add_argument("--ref-draws", type=int, default=1000)
     parser.add_argument("--ref-cores", type=int, default=2)
     parser.add_argument("--tag", default="tune300")
@@ -157,7 +161,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for sampler in split_names(args.samplers):
         for sharing in split_names(args.sharing):
             for cores in (int(c) for c in args.cores.split(",")):
-                rows.append(run(sampler, sharing, cores, args, ref))
+                for seed in parse_seeds(args.seeds):
+                    rows.append(run(sampler, sharing, cores, seed, args, ref))
                 print(rows[-1], flush=True)
                 write(rows, args, out)
     return rows
