@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
+from scipy.special import logsumexp
 
 from pymc_surrogate.core.integrator import Metric, ValueAndGrad, leapfrog
 from pymc_surrogate.core.jitter import jittered_trajectory
@@ -37,7 +38,9 @@ __all__ = [
     "surrogate_hmc_transition",
     "surrogate_transition",
     "correct_surrogate_move",
+    "differential_evolution_jump",
     "differential_evolution_transition",
+    "multiple_try_transition",
     "independence_transition",
 ]
 
@@ -208,34 +211,69 @@ def correct_surrogate_move(
     )
 
 
-def differential_evolution_transition(
-    current: ChainPoint, evaluate: Evaluate, history: np.ndarray, scale: float,
-    rng: np.random.Generator, isotropic_share: float = 1.0 / 3.0,
-) -> TransitionInfo:
-    """Gradient-free exploration: differential evolution (DE-MCz) mixed with a random walk.
+def differential_evolution_jump(history: np.ndarray, scale: float, dim: int,
+                                rng: np.random.Generator,
+                                isotropic_share: float = 1.0 / 3.0) -> np.ndarray:
+    """One DE-MCz jump, symmetric and independent of the current state given the history.
 
     The jump ``gamma (z1 - z2)`` between two past states adapts the proposal to the
     posterior's scale and correlations without any covariance estimate (ter Braak & Vrugt
     2008). Differences of past states only span the directions the chain has already
-    moved in, so a third of the steps (``isotropic_share``) are isotropic (at the history's
+    moved in, so a share of the steps (``isotropic_share``) are isotropic (at the history's
     mean spread): they let the chain open up directions its history has collapsed in; a
-    history that spans every direction needs none. Without two distinct
-    past states, an isotropic step of size ``scale / 10``. The mixture is symmetric given
-    the history, so Metropolis needs no Hastings term.
+    history that spans every direction needs none. Without two distinct past states, an
+    isotropic step of size ``scale / 10``.
     """
-    dim = current.q.shape[0]
     spread = float(np.sqrt(np.mean(np.var(history, axis=0)))) if history.shape[0] >= 3 else 0.0
     if spread > 0 and rng.uniform() < 1.0 - isotropic_share:
         i, j = rng.choice(history.shape[0], size=2, replace=False)
         jump = scale * 2.38 / np.sqrt(2 * dim) * (history[i] - history[j])
-        jump += 1e-3 * scale * spread * rng.standard_normal(dim)
-    elif spread > 0:
-        jump = scale * 2.38 / np.sqrt(dim) * spread * rng.standard_normal(dim)
-    else:
-        jump = 0.1 * scale * rng.standard_normal(dim)
+        return jump + 1e-3 * scale * spread * rng.standard_normal(dim)
+    if spread > 0:
+        return scale * 2.38 / np.sqrt(dim) * spread * rng.standard_normal(dim)
+    return 0.1 * scale * rng.standard_normal(dim)
+
+
+def differential_evolution_transition(
+    current: ChainPoint, evaluate: Evaluate, history: np.ndarray, scale: float,
+    rng: np.random.Generator, isotropic_share: float = 1.0 / 3.0,
+) -> TransitionInfo:
+    """Gradient-free exploration: differential evolution (DE-MCz) mixed with a random walk
+    (``differential_evolution_jump``). The jump is symmetric given the history, so
+    Metropolis needs no Hastings term."""
+    jump = differential_evolution_jump(history, scale, current.q.shape[0], rng, isotropic_share)
     proposal = evaluate(current.q + jump)
     error = _nan_to_inf(proposal.potential - current.potential)
     return _metropolis_on_potential(current, proposal, error, rng, step_size=scale)
+
+
+def multiple_try_transition(
+    current: ChainPoint, evaluate_batch: Callable[[np.ndarray], list], draw_jump,
+    n_tries: int, rng: np.random.Generator, step_size: float = np.nan,
+) -> TransitionInfo:
+    """Multiple-try Metropolis (Liu, Liang & Wong 2000, JASA 95) for a symmetric jump.
+
+    ``n_tries`` proposals ``y_k = x + jump_k`` are evaluated at once (``evaluate_batch``:
+    an ``(n, d)`` array to ``ChainPoint`` s, e.g. on an executor); one, ``y``, is chosen with
+    probability proportional to ``exp(-U(y_k))``; ``n_tries - 1`` reference points
+    ``y + jump`` are evaluated at once, and with ``x`` they make the reference set ``r``;
+    ``y`` is accepted with ``min(1, sum exp(-U(y_k)) / sum exp(-U(r_k)))``. With weights
+    ``pi(y)`` and a symmetric jump distribution that does not depend on the state
+    (``draw_jump(rng)``) this is the original scheme, and the chain keeps ``exp(-U)``
+    invariant. Two rounds of model calls an iteration, ``2 n_tries - 1`` calls in all.
+    """
+    dim = current.q.shape[0]
+    tries = current.q + np.array([draw_jump(rng) for _ in range(n_tries)]).reshape(n_tries, dim)
+    proposals = evaluate_batch(tries)
+    log_w = -np.array([_nan_to_inf(p.potential) for p in proposals])
+    if not np.any(np.isfinite(log_w)):
+        return _metropolis_on_potential(current, proposals[0], np.inf, rng, step_size)
+    chosen = proposals[int(rng.choice(n_tries, p=np.exp(log_w - logsumexp(log_w))))]
+    references = chosen.q + np.array([draw_jump(rng) for _ in range(n_tries - 1)]).reshape(-1, dim)
+    log_r = -np.array([_nan_to_inf(p.potential) for p in evaluate_batch(references)]
+                      + [current.potential])
+    error = float(logsumexp(log_r) - logsumexp(log_w))  # minus the log acceptance ratio
+    return _metropolis_on_potential(current, chosen, error, rng, step_size)
 
 
 def independence_transition(

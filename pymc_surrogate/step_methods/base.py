@@ -41,7 +41,11 @@ from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.refit import Refits
 from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, gradient_setting
-from pymc_surrogate.step_methods.settings import block_variables, check_settings
+from pymc_surrogate.step_methods.settings import (
+    block_variables,
+    check_settings,
+    exploration_executor,
+)
 from pymc_surrogate.step_methods.sharing import SharedEvaluations, make_store
 from pymc_surrogate.step_methods.state import (
     ChainState,
@@ -78,14 +82,17 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
     #: The surrogate learns from gradients (VariationalHMC): ``use_gradient`` may then be
     #: "finite_difference", and a model without a gradient needs it.
     learns_from_gradients = False
+    #: Where black-box exploration evaluates in batches (``exploration.py``; None: serially).
+    explore_executor = None
+    explore_tries = 4
 
     def __init__(
         self, vars=None, *, target_accept: float = 0.8, path_length: float = 2.8,
         dense_mass: bool | str = "auto", explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0, tail_jumps: float | str = "auto",
-        use_gradient: bool | str = "auto", store=None, model=None, blocked: bool = True,
-        rng=None, initial_point: dict | None = None, compile_kwargs: dict | None = None,
-        **kwargs,
+        use_gradient: bool | str = "auto", store=None, executor=None, explore_tries: int = 4,
+        model=None, blocked: bool = True, rng=None, initial_point: dict | None = None,
+        compile_kwargs: dict | None = None, **kwargs,
     ):
         owner = type(self).__name__
         refuse_in_a_rerun_script(owner)
@@ -113,6 +120,8 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         self.tune = True
         super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
         self.context = BlockContext(self.functions.shared, self.dim, owner)
+        self.explore_executor, self.explore_tries = exploration_executor(
+            executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
         self.store = make_store(store, owner)
         self._bind_store(model, vars, store)
         self._note_warm_store()
@@ -131,6 +140,26 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         return self.functions.has_gradient
 
     # ----------------------------------------------------------- chain state
+    def __getstate__(self):
+        # An executor (a Dask client's, a process pool) need not pickle into PyMC's worker
+        # processes; there exploration is serial, and the first exploration step says so.
+        state = self.__dict__.copy()
+        if state.get("explore_executor") is not None:
+            state["explore_executor"], state["_executor_left_behind"] = None, True
+        state["_node_logp_cache"] = None
+        # PyMC keeps the constructor's arguments to rebuild the object when unpickling
+        # (BlockedStep.__new__, which does not run __init__; this state restores the rest):
+        # an executor among them is left behind too.
+        newargs = "_BlockedStep__newargs"
+        if newargs in state and "executor" in state[newargs][1]:
+            args, kwargs = state[newargs]
+            state[newargs] = args, {**kwargs, "executor": None}
+        return state
+
+    def __getnewargs_ex__(self):
+        args, kwargs = super().__getnewargs_ex__()
+        return args, {**kwargs, "executor": None} if "executor" in kwargs else kwargs
+
     def _new_chain(self) -> ChainState:
         initial_step = 0.25 / self.dim**0.25
         metric = QuadPotentialDiagAdapt(
@@ -219,7 +248,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         if self.tune and not chain.frozen:
             self._adapt(chain, info, exploring)
             if exploring:  # after the fit decision, which counts the iterations before this
-                self._count_exploration(chain)
+                self._count_exploration(chain, self._exploration_units())
         self._after_iteration(chain, info)
         chain.iteration += 1
         chain.current = info.point
@@ -311,12 +340,17 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         """Evaluate the true model at ``q``, count it, and keep it as training data (unless
         ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's)."""
         point = self.evaluator.evaluate(chain, q, with_grad, self.tune)
-        if np.isfinite(point.potential):
-            self._store_evaluation(chain, point)
-        if record and self.policy.records(chain.frozen) and np.isfinite(point.potential):
+        self._keep(chain, point, record)
+        return point
+
+    def _keep(self, chain: ChainState, point: ChainPoint, record: bool = True) -> None:
+        """A finite evaluation goes into the store and, as training data, to the chain."""
+        if not np.isfinite(point.potential):
+            return
+        self._store_evaluation(chain, point)
+        if record and self.policy.records(chain.frozen):
             chain.training.append(point.q, point.potential, point.grad, self.context.values())
             self._on_evaluation(chain, point)
-        return point
 
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
         """Hook: a new finite model evaluation was added to the training set."""

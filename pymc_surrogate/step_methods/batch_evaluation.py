@@ -92,6 +92,7 @@ def evaluate_logp(
     progressbar: bool | str = True,
     label: str = "Model evaluations",
     owner: str = "pymc_surrogate",
+    node_logp: _NodeLogp | None = None,
 ) -> BatchResult:
     """The model's logp at each row of ``points`` (the sampler's unconstrained space).
 
@@ -113,6 +114,10 @@ def evaluate_logp(
         The progress bar's text.
     owner : str
         Who asks, named in errors.
+    node_logp : optional
+        The model as workers compile it (``_NodeLogp.from_model``), when the caller keeps
+        one for many batches (an exploration batch an iteration): pickling the model for
+        each would cost more than a cheap batch.
 
     Returns
     -------
@@ -132,7 +137,7 @@ def evaluate_logp(
     if executor in SERIAL:
         run = _serial_runner(_LocalLogp(functions))
     else:
-        function = _NodeLogp.from_model(model, vars, owner)
+        function = node_logp or _NodeLogp.from_model(model, vars, owner)
         if executor == "process":
             workers = max_workers or os.cpu_count() or 1
             executor = close = ProcessPoolExecutor(

@@ -12,13 +12,19 @@ import warnings
 
 import numpy as np
 import scipy.optimize
+from pymc.stats.convergence import WarningType
 from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 
 from pymc_surrogate.core.transitions import (
+    differential_evolution_jump,
     differential_evolution_transition,
     exact_hmc_transition,
+    multiple_try_transition,
 )
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
+from pymc_surrogate.step_methods.batch_evaluation import INFINITE, _NodeLogp, evaluate_logp
+from pymc_surrogate.step_methods.evaluator import infinite_logp_error
+from pymc_surrogate.step_methods.model_functions import ModelEvaluationError
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.laplace import laplace_at, laplace_from_values
 
@@ -72,18 +78,74 @@ class Exploration:
             )
         if self.tune and not chain.frozen:
             current = self._update_probe(chain, current)
+        if getattr(self, "_executor_left_behind", False) and chain.iteration == 0:
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                "the executor stayed in the parent process (it does not travel to PyMC's "
+                "worker processes), so this chain explores one model call at a time. "
+                "Sample with cores=1 to explore in batches on the executor.",
+            )
         history = chain.explore.history
         if history is None:
             history = self._explore_history(chain)
+        scale = self._explore_scale(chain)
+        # Draws of the probe span every direction: no isotropic steps needed.
+        isotropic_share = 0.0 if chain.explore.probe is not None else 1.0 / 3.0
+        if self._batched_exploration:
+            return multiple_try_transition(
+                current, lambda points: self._evaluate_batch(chain, points),
+                lambda rng: differential_evolution_jump(history, scale, self.dim, rng,
+                                                        isotropic_share),
+                self.explore_tries, self.rng, step_size=scale,
+            )
         return differential_evolution_transition(
-            current,
-            lambda q: self._evaluate(chain, q, with_grad=False),
-            history,
-            self._explore_scale(chain),
-            self.rng,
-            # Draws of the probe span every direction: no isotropic steps needed.
-            isotropic_share=0.0 if chain.explore.probe is not None else 1.0 / 3.0,
+            current, lambda q: self._evaluate(chain, q, with_grad=False), history, scale,
+            self.rng, isotropic_share=isotropic_share,
         )
+
+    @property
+    def _batched_exploration(self) -> bool:
+        """Black-box exploration on an executor: multiple-try Metropolis, its tries at once."""
+        return self.explore_executor is not None and not self.has_gradient
+
+    def _exploration_units(self) -> int:
+        """What an exploration iteration counts toward ``explore_steps``: its model calls
+        when batched (``2 explore_tries - 1``: as many points to learn from as that many
+        serial steps), else 1."""
+        return 2 * self.explore_tries - 1 if self._batched_exploration else 1
+
+    def _evaluate_batch(self, chain: ChainState, points: np.ndarray) -> list[ChainPoint]:
+        """The true potential at each row of ``points``, evaluated at once on
+        ``explore_executor`` (``batch_evaluation.py``), counted and kept as ``_evaluate``
+        keeps one."""
+        points = np.array([self.functions.representable(q) for q in points])
+        result = evaluate_logp(points, self.functions, self._model, self.vars,
+                               executor=self.explore_executor, progressbar=False,
+                               owner=type(self).__name__, node_logp=self._node_logp())
+        chain.counts.logp_evals += points.shape[0]
+        where = f"sampler iteration {chain.iteration}, {'tune' if self.tune else 'draw'} phase"
+        for row, message in sorted(result.errors.items()):
+            described = self.evaluator.describe(points[row])
+            if message == INFINITE:
+                raise infinite_logp_error(type(self).__name__, described, where)
+            raise ModelEvaluationError(
+                f"{type(self).__name__}: the model's logp raised twice on the executor at "
+                f"{where} at {described}: {message}"
+            )
+        out = []
+        for q, logp in zip(points, result.logp):
+            # -inf or NaN: outside the support, a rejection as in ``Evaluator``
+            point = ChainPoint(q, -float(logp) if np.isfinite(logp) else np.inf, None)
+            self._keep(chain, point)
+            out.append(point)
+        return out
+
+    def _node_logp(self):
+        """The model as workers compile it, pickled once per step (not per batch)."""
+        if getattr(self, "_node_logp_cache", None) is None:
+            self._node_logp_cache = _NodeLogp.from_model(self._model, self.vars,
+                                                         type(self).__name__)
+        return self._node_logp_cache
 
     def _explore_target(self) -> float:
         """The acceptance DE-MCz's scale is dual-averaged toward: 0.3, or 0.07 with a noisy

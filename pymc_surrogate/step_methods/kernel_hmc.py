@@ -117,7 +117,7 @@ class KernelHMC(KernelFit, SurrogateStep):
         ``False``: the model is a black box whatever it is (DE-MCz explores; on the
         suite's 2-d ridge regression it stayed where it started).
     **kwargs
-        ``target_accept``, ``path_length``, ``dense_mass``, ``explore_steps``, ``store``,
+        ``target_accept``, ``path_length``, ``dense_mass``, ``explore_steps``, ``store``, ``executor``, ``explore_tries``,
         ``tail_jumps``, ``max_energy_error``, ``model``, ``rng``, ``initial_point``,
         ``compile_kwargs``, ``blocked`` as ``SurrogateHMC``.
 

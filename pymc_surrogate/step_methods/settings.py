@@ -70,3 +70,30 @@ def _check_positive(name: str, value) -> None:
 def _check_open_unit(name: str, value) -> None:
     if not (np.isscalar(value) and 0 < value < 1):
         raise ValueError(f"{name} must lie strictly between 0 and 1; got {value!r}.")
+
+
+def exploration_executor(executor, explore_tries, context_dim: int, owner: str,
+                         pseudo_marginal: bool = False):
+    """Validated ``(executor, explore_tries)`` of a step's batched exploration.
+
+    ``executor`` is None or "serial" (one call at a time) or an object with ``submit`` or
+    ``map`` (a ``concurrent.futures.Executor``, ``distributed.Client(...).get_executor()``).
+    Workers compile the whole model, so the step must sample all of it.
+    """
+    if executor in (None, "serial"):
+        return None, int(explore_tries)
+    if not (hasattr(executor, "submit") or hasattr(executor, "map")):
+        raise ValueError(
+            f"{owner}: executor must be None (exploration one model call at a time) or an "
+            "object with submit or map (a concurrent.futures.Executor, a Dask client's "
+            f"get_executor()); got {executor!r}."
+        )
+    if not (isinstance(explore_tries, int | np.integer) and explore_tries >= 2):
+        raise ValueError(f"{owner}: explore_tries must be an integer >= 2; got {explore_tries!r}.")
+    if context_dim:
+        raise ValueError(
+            f"{owner}: an executor evaluates the whole model in its workers, but this step "
+            "samples a block of it inside a CompoundStep. Give it every continuous "
+            "variable, or drop the executor."
+        )
+    return executor, int(explore_tries)

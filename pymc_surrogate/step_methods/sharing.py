@@ -89,9 +89,12 @@ class SharedEvaluations:
         chain.store_cursor = rows.last_id
         return rows.potentials.size
 
-    def _count_exploration(self, chain: ChainState) -> None:
-        if self.store is not None and not chain.frozen:
-            self.store.add_explored(1)
+    def _count_exploration(self, chain: ChainState, units: int) -> None:
+        """Count a tuning iteration's exploration: 1, or its model calls when batched
+        (``exploration.py``), toward ``explore_steps``."""
+        chain.explore.units += units
+        if self.store is not None:
+            self.store.add_explored(units)
 
     def _note_warm_store(self) -> None:
         """Whether the store held a full exploration before this step was made."""
@@ -99,12 +102,12 @@ class SharedEvaluations:
                                 and self.store.explored >= self.explore_steps)
 
     def _explored(self, chain: ChainState) -> int:
-        """Exploration iterations behind the chain's data: all chains' when they share,
-        once the chain has explored its own share (before its first fit every iteration
-        of a chain is exploration)."""
+        """Exploration behind the chain's data: all chains' when they share, once the
+        chain has explored its own share."""
+        own = chain.explore.units
         if not self._learns_from_store:
-            return chain.iteration
+            return own
         own_share = self.tuning.own_exploration_share * self.explore_steps
-        if not self._warm_store and chain.iteration < own_share:
-            return chain.iteration
-        return max(chain.iteration, self.store.explored)
+        if not self._warm_store and own < own_share:
+            return own
+        return max(own, self.store.explored)

@@ -60,6 +60,7 @@ class ExploreState:
     probe_size: int = 0  # training-set size at the last probe fit
     probe_draws: np.ndarray | None = None  # its draws: the DE history while it exists
     adapted: int = 0  # tune's updates of the DE scale factor (explore_adapt)
+    units: int = 0  # exploration done in tune: iterations, or model calls when batched
 
 
 @dataclass

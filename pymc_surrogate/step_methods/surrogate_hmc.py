@@ -65,6 +65,20 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         file): kept after the run, a kill included; a later run given it fits before its
         first draw (``tune=0`` then spends no model evaluation on tuning). It refuses
         another model's file. ``False``: each chain learns alone. See ``EvaluationStore``.
+    executor : None or a concurrent.futures.Executor
+        Black-box models: where exploration evaluates the model. ``None`` (default): one
+        call at a time. An executor (``distributed.Client(...).get_executor()``, a
+        ``ThreadPoolExecutor`` for a model served over HTTP, a ``ProcessPoolExecutor``):
+        each exploration iteration is a multiple-try Metropolis step (Liu, Liang & Wong
+        2000) whose ``explore_tries`` proposals, then ``explore_tries - 1`` reference
+        points, are evaluated at once; exact, and ``explore_steps`` counts its model calls,
+        so the first fit comes ``(2 explore_tries - 1) / 2`` times sooner in wall-clock.
+        Workers compile the whole model: the step must sample all of it. The executor
+        stays in this process: with ``cores > 1`` the chains explore one call at a time
+        (and say so).
+    explore_tries : int
+        Proposals evaluated at once per exploration iteration with an executor (default
+        4): about the executor's number of workers.
     tail_jumps : "auto" or float
         Share of draws that are independence Cauchy proposals; "auto" checks the tails.
     dense_mass : bool or "auto", default "auto"

@@ -77,7 +77,7 @@ class VariationalHMC(SurrogateStep):
         quadratic base and bound on its nodes (``ScoreNetworkSurrogate``).
     **kwargs
         Everything ``SurrogateHMC`` takes: ``target_accept``, ``path_length``,
-        ``dense_mass``, ``explore_steps``, ``store``, ``max_energy_error``, ``model``, ``rng``,
+        ``dense_mass``, ``explore_steps``, ``store``, ``executor``, ``explore_tries``, ``max_energy_error``, ``model``, ``rng``,
         ``initial_point``, ``compile_kwargs``, ``blocked``.
 
     Notes
