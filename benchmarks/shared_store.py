@@ -9,7 +9,8 @@ included::
         --seeds 1-5 --tag tune300_seeds
 
 Each run is one ``pm.sample`` on the black-box PDE (``benchmarks.models.make_pde_model``,
-the forward solve only) with ``store=None`` (the chains share a temporary store) or
+the forward solve only) with ``store=EvaluationStore()`` (the chains, in every process,
+share a temporary store) or
 ``store=False`` (each chain alone). Columns: ``solves`` = the steps' ``total_model_evals``
 summed over the chains (tune included; counted in every process, any ``cores``),
 ``min_ess`` = the least bulk ESS of a coordinate over the pooled chains,
@@ -47,6 +48,7 @@ from benchmarks.harness import (  # noqa: E402
     DEFAULT_RESULTS_DIR, environment_meta, format_cell, git_commit, parse_seeds, split_names,
 )
 from benchmarks.models import make_pde_model  # noqa: E402
+from pymc_surrogate import EvaluationStore  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
 
 Z_LIMIT, RHAT_LIMIT = 4.0, 1.01
@@ -108,7 +110,7 @@ def run(sampler: str, sharing: str, cores: int, seed: int, args, ref) -> dict:
         idata = pm.sample(draws=args.draws, tune=args.tune, chains=args.chains, cores=cores,
                           random_seed=seed, progressbar=False,
                           discard_tuned_samples=False, compute_convergence_checks=False,
-                          step=cls(store=None if sharing == "shared" else False))
+                          step=cls(store=EvaluationStore() if sharing == "shared" else False))
     row = {"sampler": sampler, "chains": sharing, "cores": cores, "seed": seed,
            **measure(idata, ref, args.tune)}
     row["wall_s"] = time.perf_counter() - start

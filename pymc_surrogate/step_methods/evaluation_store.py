@@ -94,6 +94,12 @@ class EvaluationStore:
         the graph cannot tell two models apart (an external model behind an Op whose
         behaviour changes without its graph changing), or to reuse a store across an
         edit that does not change the posterior.
+    per_process : bool
+        A temporary store shared only by the chains of one process (the steps' default,
+        ``store=None``): chains that run at once in several processes then learn alone, so
+        that ``random_seed`` still fixes every draw. Chains in several processes that share
+        one store read each other's evaluations as they come, and what a chain reads, so its
+        draws, then depends on the processes' timing.
 
     Examples
     --------
@@ -103,17 +109,22 @@ class EvaluationStore:
     ...     more = pm.sample(draws=1000, tune=50, step=SurrogateHMC(store=store))
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, key: str | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, *, key: str | None = None,
+                 per_process: bool = False):
         self.kept = path is not None
         # A temporary file's name is chosen now, so that chains in forked processes, which
         # copy this object before any row exists, all open the same file.
         self.path = os.fspath(path) if self.kept else _temporary_path()
         self.user_key = key
+        self.per_process = per_process and not self.kept
         self._connection: sqlite3.Connection | None = None
         self._pid = os.getpid()
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None or self._pid != os.getpid():
+            if self.per_process and self._pid != os.getpid():
+                # A store of one process's chains: a worker process starts its own.
+                self.path = _temporary_path()
             # A connection must not cross a fork: every process opens its own.
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             self._connection = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)

@@ -27,7 +27,7 @@ __all__ = ["SharedEvaluations", "make_store"]
 def make_store(store, owner: str) -> EvaluationStore | None:
     """The step's store from its ``store`` argument (see ``SurrogateHMC``)."""
     if store is None:
-        return EvaluationStore()
+        return EvaluationStore(per_process=True)
     if store is False:
         return None
     if isinstance(store, EvaluationStore):
@@ -35,9 +35,10 @@ def make_store(store, owner: str) -> EvaluationStore | None:
     if isinstance(store, str | os.PathLike):
         return EvaluationStore(store)
     raise TypeError(
-        f"{owner}: store must be None (in memory, shared by this run's chains), a path "
-        "(an SQLite file kept after the run), an EvaluationStore, or False (each chain "
-        f"learns alone); got {type(store).__name__}."
+        f"{owner}: store must be None (temporary, shared by the chains run in this "
+        "process), a path (an SQLite file kept after the run), an EvaluationStore "
+        "(EvaluationStore() to share across processes), or False (each chain learns "
+        f"alone); got {type(store).__name__}."
     )
 
 

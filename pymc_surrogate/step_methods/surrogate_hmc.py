@@ -58,13 +58,17 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         ``max(300, 30 d)``), counted over every chain that shares the store.
     store : None, path, EvaluationStore or False
         Where every model evaluation goes, from every chain. ``None`` (default): a
-        temporary store this run's chains share (``cores=1`` or more): in tuning each
-        chain fits on all chains' evaluations and its first fit waits for
-        ``explore_steps`` exploration iterations of all chains together; after tuning
-        each chain freezes its own surrogate, so the draws stay exact. A path (an SQLite
-        file): kept after the run, a kill included; a later run given it fits before its
-        first draw (``tune=0`` then spends no model evaluation on tuning). It refuses
-        another model's file. ``False``: each chain learns alone. See ``EvaluationStore``.
+        temporary store shared by the chains that run in this process (``cores=1``): in
+        tuning each chain fits on all their evaluations and its first fit waits for
+        ``explore_steps`` exploration iterations of them together (a quarter from its
+        own start); after tuning each chain freezes its own surrogate, so the draws stay
+        exact. Chains in other processes (``cores > 1``) each get their own, so that
+        ``random_seed`` fixes every draw. ``EvaluationStore()``: one temporary store for
+        the chains of every process, which then read each other's evaluations as they
+        come (the draws depend on the processes' timing). A path (an SQLite file, shared
+        by every process): kept after the run, a kill included; a later run given it fits
+        before its first draw (``tune=0`` then spends no model evaluation on tuning); it
+        refuses another model's file. ``False``: each chain learns alone.
     executor : None or a concurrent.futures.Executor
         Black-box models: where exploration evaluates the model. ``None`` (default): one
         call at a time. An executor (``distributed.Client(...).get_executor()``, a

@@ -62,6 +62,23 @@ def test_later_chains_fit_on_the_evaluations_of_earlier_ones():
     assert shared[0] >= 300 and np.all((shared[1:] >= 75) & (shared[1:] <= 77)), shared
 
 
+def test_chains_in_several_processes_share_one_store_only_when_asked():
+    model = black_box_model()
+    with model:
+        kwargs = dict(draws=50, tune=320, chains=2, cores=2, random_seed=2,
+                      discard_tuned_samples=False, progressbar=False,
+                      compute_convergence_checks=False)
+        own = pm.sample(step=SurrogateHMC(), **kwargs)
+        again = pm.sample(step=SurrogateHMC(), **kwargs)
+        shared = pm.sample(step=SurrogateHMC(store=EvaluationStore()), **kwargs)
+    # By default each process has its own store: the seed fixes the draws.
+    assert np.all(first_surrogate_iteration(own) >= 300)
+    np.testing.assert_array_equal(own.posterior["x"].values, again.posterior["x"].values)
+    # One store for both processes: together they need 300 exploration iterations, not
+    # 300 each (how they split them depends on when each process starts).
+    assert min(first_surrogate_iteration(shared)) < 250, first_surrogate_iteration(shared)
+
+
 def test_a_second_run_on_a_kept_store_fits_before_its_first_draw(tmp_path):
     model = black_box_model()
     path = tmp_path / "run.sqlite"

@@ -97,10 +97,12 @@ def test_two_cores_and_chains_do_not_share_surrogates():
 
 
 def test_sequential_chains_start_from_scratch():
-    # With cores=1 PyMC reuses one step object; chain 2 must not inherit chain 1's data.
+    # With cores=1 PyMC reuses one step object; chain 2 must not inherit chain 1's data
+    # when the chains learn alone (the default store shares them: tests/step_methods/
+    # test_sharing.py).
     mean, cov = correlated_gaussian(3, seed=4)
     with gaussian_model(mean, cov):
-        idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "draws": 200, "tune": 300})
+        idata = pm.sample(step=SurrogateHMC(store=False), **{**SAMPLE, "draws": 200, "tune": 300})
     first_tune_size = idata.sample_stats.training_size.values[:, 0]
     assert np.all(first_tune_size < 400)
     sizes = idata.sample_stats.training_size.values[:, -1]

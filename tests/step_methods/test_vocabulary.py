@@ -23,6 +23,10 @@ DIFFERENT_DEFAULTS = {
                 "KernelHMC": 1, "SparseGridHMC": 1},
     # the online learner's recursive least squares costs s^2 per update
     "max_hidden": {"SurrogateHMC": 500, "AdaptiveSurrogateHMC": 200, "VariationalHMC": 500},
+    # SparseGridHMC's executor evaluates its grid before sampling ("auto": in processes past
+    # 10 s of serial evaluation); the others' batch black-box exploration, serial unless given
+    "executor": {"SurrogateHMC": None, "AdaptiveSurrogateHMC": None, "VariationalHMC": None,
+                 "KernelHMC": None, "SparseGridHMC": "auto"},
     # KernelHMC's "auto" is 1 for the lite form and 0.5 for the finite one
     "adaptation_decay": {"AdaptiveSurrogateHMC": 0.5, "KernelHMC": "auto"},
 }
@@ -30,7 +34,8 @@ DIFFERENT_DEFAULTS = {
 #: The old spellings of "choose for me" (``None``) are gone from every signature; what
 #: ``None`` still means is "not given" or "off".
 NONE_MEANS_NOT_GIVEN = {"model", "rng", "initial_point", "compile_kwargs", "grid", "save_grid",
-                        "bounds", "mean", "cov", "max_workers", "stop_error", "base_scale"}
+                        "bounds", "mean", "cov", "max_workers", "stop_error", "base_scale",
+                        "store", "executor"}
 
 
 def _signatures() -> dict[str, dict[str, inspect.Parameter]]:
