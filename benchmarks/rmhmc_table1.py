@@ -31,6 +31,12 @@ parameters of |mean - NUTS mean| / NUTS sd, ``divergences`` and, for RMHMC,
 ``implicit_failures`` / ``irreversible`` (generalised-leapfrog steps whose Newton iteration
 did not converge / trajectories that did not retrace themselves). Output:
 ``benchmarks/results/rmhmc_table1_<tag>.{csv,md}``, rewritten after every row.
+
+Not as in the paper: NUTS instead of HMC with fixed (eps, L); 1000 + 1000 iterations
+instead of 5000 + 5000; the paper's RNS-RMHMC on the PDE used the diagonal of the
+surrogate's Hessian as metric, ``SurrogateHMC(metric="riemannian")`` uses SoftAbs of the
+whole surrogate Hessian; and ``riemannian_move`` runs every trajectory back to check its
+reversibility (both RMHMC rows pay it, about twice the field evaluations per iteration).
 """
 
 from __future__ import annotations
