@@ -5,10 +5,13 @@ Measures the issue's "done when" on :func:`benchmarks.models.banana.make_banana`
 AdaptiveSurrogateHMC, KernelHMC and SparseGridHMC on the black box (the likelihood as a
 PyTensor Op without gradient, :class:`tests.reliability.helpers.BlackBoxLogp`);
 VariationalHMC on the model with its gradient.  Each run is ``pm.sample(step=Cls(), tune,
-draws, chains, cores=1, random_seed=seed)`` with the step's default settings::
+draws, chains, cores=1, random_seed=seed)`` with the step's default settings (or those of
+``--sampler-kwargs``)::
 
     PYTHONPATH=. nice -n 5 python benchmarks/banana_coverage.py --tag baseline
     python benchmarks/banana_coverage.py --samplers SurrogateHMC,KernelHMC --seeds 0-4 --tag x
+    python benchmarks/banana_coverage.py --samplers SurrogateHMC \
+        --sampler-kwargs '{"SurrogateHMC": {"metric": "riemannian"}}' --tag y
 
 Per run (pooled draws; reference by quadrature): ``max_abs_z`` = max over b1, b2 of
 ``|mean - ref mean| / az.mcse(mean)``; ``sd_ratio_i`` = sd / ref sd, ``sd_ok_i`` =
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import sys
 import warnings
@@ -133,14 +137,14 @@ def measure(idata, ref_mean, ref_sd, ref_q):
     return row
 
 
-def run(sampler, seed, tune, draws, chains, models, ref):
+def run(sampler, seed, tune, draws, chains, models, ref, sampler_kwargs=None):
     """One sampler at one seed: a row (an exception becomes an ``error`` row)."""
     model, info = models["gradient" if sampler == "VariationalHMC" else "black_box"]
     row = {"sampler": sampler, "seed": seed, "status": "error", "reasons": ""}
     try:
         res = sample_counted(model, info, sampler, pymc_surrogate.STEP_METHODS[sampler],
                              draws=draws, tune=tune, chains=chains, seed=seed,
-                             keep_warnings=True)
+                             sampler_kwargs=sampler_kwargs, keep_warnings=True)
         row.update(measure(res.idata, *ref))
         stats = posterior_dataset(res.idata, "sample_stats")
         ess = row["min_ess_bulk"] if row["min_ess_bulk"] > 0 else np.nan
@@ -214,8 +218,10 @@ def main(argv=None):
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--tag", default=f"{_dt.datetime.now():%Y%m%d-%H%M%S}")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR)
+    p.add_argument("--sampler-kwargs", help='JSON, e.g. {"SurrogateHMC": {"metric": "riemannian"}}')
     a = p.parse_args(argv)
     seeds = parse_seeds(a.seeds)
+    kwargs = json.loads(a.sampler_kwargs) if a.sampler_kwargs else {}
     models = {"gradient": make_banana(), "black_box": black_box_banana()}
     info = models["gradient"][1]
     ref = (info.ref_mean["beta"], info.ref_sd["beta"],
@@ -228,6 +234,7 @@ def main(argv=None):
         "git commit": git_commit(),
         "settings": f"tune={a.tune} draws={a.draws} chains={a.chains} cores=1, default step "
         f"settings, seeds {seeds}",
+        **({"sampler kwargs": json.dumps(kwargs)} if kwargs else {}),
         "versions": f"{env['versions']}, arviz {az.__version__}, numpy {np.__version__}, "
         f"pymc_surrogate from {Path(pymc_surrogate.__file__).parent}",
         "date": f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
@@ -241,7 +248,8 @@ def main(argv=None):
     with _blas_limit(1):
         for seed in seeds:
             for sampler in split_names(a.samplers):
-                rows.append(r := run(sampler, seed, a.tune, a.draws, a.chains, models, ref))
+                rows.append(r := run(sampler, seed, a.tune, a.draws, a.chains, models, ref,
+                                     kwargs.get(sampler)))
                 print(f"[{_dt.datetime.now():%H:%M:%S}] {sampler} seed {seed}: {r['status']} "
                       f"z {r.get('max_abs_z', np.nan):.2f} rhat {r.get('max_rhat', np.nan):.3f} "
                       f"{r.get('wall_s', np.nan):.0f} s {r['reasons']}", flush=True)

@@ -10,6 +10,12 @@ half-steps solved by Newton's method. A step whose implicit equation does not co
 or a trajectory that does not retrace itself when run back from its end with the
 momentum reversed, is a divergence: it is never accepted, so the kernel stays reversible.
 
+SoftAbs is not scale-free: its floor ``1 / alpha`` is a curvature in the coordinates' units,
+so a direction of sd 30 (curvature 1e-3) gets a metric 1000 times too stiff. The
+transition therefore runs in a frame ``q = m + L z`` (``framed``), the chain's whitened
+coordinates, where the posterior has unit scale. The map is constant and linear: the
+density in ``z`` is proportional to the one in ``q``, and the kernel stays exact.
+
 A ``field`` here is ``q -> (U, dU/dq, d2U/dq2, third)``: the third derivatives as a dense
 ``(d, d, d)`` array or a list of structured parts (``surrogates/third_derivatives.py``)
 whose contractions cost ``O(s d^2)`` for ``s`` terms instead of ``O(d^4)``. On a surrogate
@@ -26,12 +32,14 @@ import numpy as np
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.metropolis import metropolis_accept
 from pymc_surrogate.core.transitions import correct_surrogate_move
-from pymc_surrogate.surrogates.third_derivatives import rotate
+from pymc_surrogate.surrogates.third_derivatives import pull_back, rotate
+from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = [
     "Field3",
     "Geometry",
     "RiemannianMove",
+    "framed",
     "geometry",
     "hamiltonian",
     "leapfrog_step",
@@ -61,6 +69,21 @@ def softabs(lam: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     f = np.where(small, (1.0 + x * x / 3.0) / alpha, ax * coth / alpha)
     df = np.where(small, 2.0 * x / 3.0, np.sign(x) * (coth - ax * inv_sinh2))
     return f, df
+
+
+def framed(field: Field3, frame: Whitening) -> Field3:
+    """``field`` in the frame's whitened coordinates ``z``, ``q = mean + L z``.
+
+    Value unchanged, gradient ``L^T g``, Hessian ``L^T H L``, third derivatives with each
+    index contracted with ``L`` (``third_derivatives.pull_back``, structure kept).
+    """
+    chol = frame.chol if frame.dense else np.diag(frame.chol)
+
+    def in_frame(z: np.ndarray):
+        value, grad, hessian, third = field(frame.from_white(z))
+        return value, chol.T @ grad, chol.T @ hessian @ chol, pull_back(third, chol)
+
+    return in_frame
 
 
 class Geometry(NamedTuple):
@@ -291,12 +314,21 @@ def riemannian_surrogate_transition(
     current, evaluate, field: Field3, alpha: float, step_size: float, path_length: float,
     n_inner: int, rng: np.random.Generator, max_energy_error: float = 1000.0,
     tol: float = 1e-8, max_iter: int = 50, max_steps: int = 256,
+    frame: Whitening | None = None,
 ) -> RiemannianTransition:
     """RNS-RMHMC's surrogate transition: ``n_inner`` Riemannian HMC moves exact for the
     surrogate ``exp(-U~)`` (jittered step and length, as the Euclidean kernel's), then one
     Metropolis-Hastings test with the true potential that corrects the surrogate's error
-    (``core.transitions.surrogate_transition``'s, with a different inner kernel)."""
-    start = geometry(current.q, field, alpha)
+    (``core.transitions.surrogate_transition``'s, with a different inner kernel).
+
+    With a ``frame`` the moves run in its whitened coordinates (``framed``): SoftAbs's
+    floor, the step size and the implicit steps' tolerances are then in units of the
+    frame's scale instead of the parameters'. ``current.q`` and ``evaluate`` stay in the
+    parameters.
+    """
+    if frame is not None:
+        field = framed(field, frame)
+    start = geometry(current.q if frame is None else frame.to_white(current.q), field, alpha)
     geom, probs, n_steps, diverged, iterations, failures = start, [], 0, False, 0.0, 0
     error, eps = 0.0, step_size
     for _ in range(n_inner):
@@ -314,8 +346,9 @@ def riemannian_surrogate_transition(
                  surrogate_energy_error=error, step_size=eps)
     # The `energy` stat is the true potential alone (kinetic 0): the Riemannian kinetic
     # energy is the surrogate metric's, which the true model does not define.
-    info = correct_surrogate_move(current, evaluate, None if geom is start else geom.q,
-                                  start.potential, geom.potential, 0.0, inner, rng)
+    proposal = None if geom is start else geom.q if frame is None else frame.from_white(geom.q)
+    info = correct_surrogate_move(current, evaluate, proposal, start.potential, geom.potential,
+                                  0.0, inner, rng)
     return RiemannianTransition(info, iterations / max(n_steps, 1), failures)
 
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["RankOneCubes", "SymmetrisedOuter", "rotate"]
+__all__ = ["RankOneCubes", "SymmetrisedOuter", "pull_back", "rotate"]
 
 
 class RankOneCubes(NamedTuple):
@@ -29,6 +29,10 @@ class RankOneCubes(NamedTuple):
 
     def scaled(self, factor: float) -> RankOneCubes:
         return self._replace(coef=factor * self.coef)
+
+    def pulled_back(self, matrix: np.ndarray) -> RankOneCubes:
+        """The cubes in ``z`` where ``q = m + matrix z``: ``v -> matrix^T v``."""
+        return self._replace(vectors=self.vectors @ matrix)
 
 
 class _RotatedCubes(NamedTuple):
@@ -59,6 +63,11 @@ class SymmetrisedOuter(NamedTuple):
     def scaled(self, factor: float) -> SymmetrisedOuter:
         return self._replace(vector=factor * self.vector)
 
+    def pulled_back(self, matrix: np.ndarray) -> SymmetrisedOuter:
+        """The part in ``z`` where ``q = m + matrix z``: ``a -> matrix^T a``,
+        ``S -> matrix^T S matrix``."""
+        return SymmetrisedOuter(matrix.T @ self.vector, matrix.T @ self.matrix @ matrix)
+
 
 class _RotatedOuter(NamedTuple):
     # (Q^T T_i Q)_kl = a_i P_kl + A_k (SQ)_il + A_l (SQ)_ik
@@ -84,6 +93,14 @@ class _RotatedDense(NamedTuple):
 
     def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
         return np.einsum("ikl,kl,l->ik", self.rotated, divided, u, optimize=True)
+
+
+def pull_back(third, matrix: np.ndarray) -> list:
+    """The third derivatives in ``z`` where ``q = m + matrix z``: each index contracted
+    with ``matrix`` (``T_z[i,j,k] = T[a,b,c] L_ai L_bj L_ck``), structure kept."""
+    parts = third if isinstance(third, list | tuple) else [third]
+    return [np.einsum("abc,ai,bj,ck->ijk", part, matrix, matrix, matrix, optimize=True)
+            if isinstance(part, np.ndarray) else part.pulled_back(matrix) for part in parts]
 
 
 def rotate(third, eigvecs: np.ndarray) -> list:

@@ -9,13 +9,15 @@ import scipy.stats
 from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.core import riemannian
 from pymc_surrogate.core.riemannian import (
+    framed,
     geometry,
     hamiltonian,
     leapfrog_step,
     riemannian_move,
     softabs,
 )
-from pymc_surrogate.surrogates.third_derivatives import RankOneCubes, SymmetrisedOuter
+from pymc_surrogate.surrogates.third_derivatives import RankOneCubes, SymmetrisedOuter, pull_back
+from pymc_surrogate.surrogates.whitening import Whitening
 
 ALPHA = 1.0
 FUNNEL_SD = 3.0
@@ -173,3 +175,56 @@ def test_structured_third_derivatives_contract_as_their_dense_tensors():
     np.testing.assert_allclose(structured.grad_phi, reference.grad_phi, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(riemannian._grad_q(structured, p), riemannian._grad_q(reference, p),
                                rtol=1e-10, atol=1e-12)
+
+
+def _frame(dim: int, seed: int) -> Whitening:
+    rng = np.random.default_rng(seed)
+    chol = np.tril(rng.standard_normal((dim, dim)))
+    chol[np.diag_indices(dim)] = rng.uniform(0.2, 3.0, dim)
+    return Whitening(rng.standard_normal(dim), chol)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_framed_field_is_the_field_in_whitened_coordinates(dense):
+    """Value, gradient and Hessian of ``U(m + L z)`` against finite differences in ``z``,
+    and the framed Hamiltonian's ``dH/dz`` (the pulled-back third derivatives) too."""
+    frame = _frame(3, 6)
+    if not dense:
+        frame = Whitening(frame.mean, np.diag(frame.chol).copy())
+    field = framed(funnel, frame)
+    z, h = np.array([0.2, -0.4, 0.3]), 1e-6
+    value, grad, hessian, _ = field(z)
+    assert value == funnel(frame.from_white(z))[0]
+    basis = np.eye(3)
+    np.testing.assert_allclose(
+        grad, [(field(z + h * e)[0] - field(z - h * e)[0]) / (2 * h) for e in basis],
+        rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        hessian, [(field(z + h * e)[1] - field(z - h * e)[1]) / (2 * h) for e in basis],
+        rtol=1e-6, atol=1e-7)
+    p = np.random.default_rng(7).standard_normal(3)
+    numeric = [(hamiltonian(geometry(z + h * e, field, ALPHA), p)
+                - hamiltonian(geometry(z - h * e, field, ALPHA), p)) / (2 * h) for e in basis]
+    np.testing.assert_allclose(riemannian._grad_q(geometry(z, field, ALPHA), p), numeric,
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_pulled_back_structured_parts_are_the_pulled_back_dense_tensors():
+    rng = np.random.default_rng(8)
+    d, s = 4, 5
+    matrix = _frame(d, 9).chol
+    root = rng.standard_normal((d, d))
+    cubes = RankOneCubes(rng.standard_normal(s), rng.standard_normal((s, d)))
+    outer = SymmetrisedOuter(rng.standard_normal(d), root @ root.T)
+    dense = np.einsum("s,si,sj,sk->ijk", cubes.coef, cubes.vectors, cubes.vectors,
+                      cubes.vectors)
+    a, m = outer.vector, outer.matrix
+    dense += (np.einsum("i,jk->ijk", a, m) + np.einsum("j,ik->ijk", a, m)
+              + np.einsum("k,ij->ijk", a, m))
+    pulled = pull_back([cubes, outer], matrix)
+    structured = np.einsum("s,si,sj,sk->ijk", pulled[0].coef, pulled[0].vectors,
+                           pulled[0].vectors, pulled[0].vectors)
+    a, m = pulled[1].vector, pulled[1].matrix
+    structured += (np.einsum("i,jk->ijk", a, m) + np.einsum("j,ik->ijk", a, m)
+                   + np.einsum("k,ij->ijk", a, m))
+    np.testing.assert_allclose(structured, pull_back(dense, matrix)[0], rtol=1e-10, atol=1e-12)

@@ -7,8 +7,9 @@ import pymc as pm
 import pytest
 
 from pymc_surrogate import AdaptiveSurrogateHMC, SurrogateHMC
+from pymc_surrogate.surrogates.whitening import Whitening
 from tests.reliability.broken import no_metropolis_correction
-from tests.reliability.helpers import check_moments, sample
+from tests.reliability.helpers import check_gaussian, check_moments, sample
 from tests.reliability.test_faults import BAD_REGIONS, EDGE, first_coordinate_moments
 
 
@@ -66,3 +67,35 @@ def test_the_cut_gaussian_check_flags_riemannian_draws_without_the_correction():
     assert (draws[..., 0] > EDGE).any()
     mean0, sd0 = first_coordinate_moments(BAD_REGIONS["-inf"][2])
     assert not check_moments(draws, [mean0, 0.0], [sd0, 1.0]).passed
+
+
+#: kilpisjarvi's shape: sds 30 and 0.01, correlation -0.99. In the parameters' units the
+#: wide direction's curvature, 1 / (30^2 (1 - 0.99^2)) ~ 0.06, lies under SoftAbs's floor
+#: 1 / alpha = 1, a metric 18 times too stiff there.
+BADLY_SCALED_SD = np.array([30.0, 0.01])
+BADLY_SCALED_COV = np.outer(BADLY_SCALED_SD, BADLY_SCALED_SD) * np.array([[1.0, -0.99],
+                                                                          [-0.99, 1.0]])
+
+
+def test_riemannian_draws_are_right_on_a_badly_scaled_gaussian():
+    """SoftAbs in the chain's whitened frame is scale-free: the marginals and the
+    eigen-coordinates (the widest and narrowest directions) within their MCSEs.
+
+    Power: with the metric in the parameters' units (the frame replaced by the identity)
+    the same check fails (`test_the_badly_scaled_check_flags_an_absolute_softabs_floor`)."""
+    draws = _badly_scaled_draws()
+    for check, name in zip(check_gaussian(draws, [0.0, 0.0], BADLY_SCALED_COV), ("x", "eig")):
+        assert check.passed, check.report(name)
+
+
+def test_the_badly_scaled_check_flags_an_absolute_softabs_floor(monkeypatch):
+    monkeypatch.setattr(SurrogateHMC, "_riemann_frame",
+                        lambda self, chain: Whitening.identity(self.dim))
+    draws = _badly_scaled_draws()
+    assert not all(check.passed for check in check_gaussian(draws, [0.0, 0.0], BADLY_SCALED_COV))
+
+
+def _badly_scaled_draws() -> np.ndarray:
+    with pm.Model():
+        pm.MvNormal("x", mu=np.zeros(2), cov=BADLY_SCALED_COV)
+        return sample(SurrogateHMC(metric="riemannian")).posterior["x"].values
