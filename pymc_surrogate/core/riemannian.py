@@ -32,6 +32,7 @@ import numpy as np
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.metropolis import metropolis_accept
 from pymc_surrogate.core.transitions import correct_surrogate_move
+from pymc_surrogate.surrogates.third_derivatives import diagonal_derivative
 from pymc_surrogate.surrogates.third_derivatives import pull_back, rotate
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -39,6 +40,7 @@ __all__ = [
     "Field3",
     "Geometry",
     "RiemannianMove",
+    "diagonal_field",
     "framed",
     "geometry",
     "hamiltonian",
@@ -86,6 +88,21 @@ def framed(field: Field3, frame: Whitening) -> Field3:
     return in_frame
 
 
+def diagonal_field(field: Field3) -> Field3:
+    """``field`` with its Hessian's diagonal as the metric's source: ``G = diag(f(H_kk))``.
+
+    The cheaper form rns-hmc used on the elliptic PDE (§5.2): no eigendecomposition, and a
+    metric that ignores the off-diagonal curvature. Any smooth positive-definite metric keeps
+    Riemannian HMC exact for ``exp(-U)``; ``geometry`` takes a 1-d Hessian as this form.
+    """
+
+    def diagonal(q: np.ndarray):
+        value, grad, hessian, third = field(q)
+        return value, grad, np.diag(hessian).copy(), [diagonal_derivative(third)]
+
+    return diagonal
+
+
 class Geometry(NamedTuple):
     """The field and its SoftAbs metric at one position."""
 
@@ -110,13 +127,18 @@ def geometry(q: np.ndarray, field: Field3, alpha: float) -> Geometry:
     so ``tr(G^-1 dG/dq_i) = sum_k f'(lam_k) / f(lam_k) (M_i)_kk``.
     """
     potential, grad, hessian, third = field(q)
-    lam, vecs = np.linalg.eigh(0.5 * (hessian + hessian.T))
-    f, df = softabs(lam, alpha)
-    gap = lam[:, None] - lam[None, :]
-    close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        divided = np.where(close, 0.5 * (df[:, None] + df[None, :]),
-                           (f[:, None] - f[None, :]) / np.where(close, 1.0, gap))
+    if np.ndim(hessian) == 1:  # diagonal_field: G = diag(f(H_kk)), dG = diag(f' dH_kk)
+        lam, vecs = np.asarray(hessian, dtype=np.float64), np.eye(np.size(hessian))
+        f, df = softabs(lam, alpha)
+        divided = np.diag(df)
+    else:
+        lam, vecs = np.linalg.eigh(0.5 * (hessian + hessian.T))
+        f, df = softabs(lam, alpha)
+        gap = lam[:, None] - lam[None, :]
+        close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            divided = np.where(close, 0.5 * (df[:, None] + df[None, :]),
+                               (f[:, None] - f[None, :]) / np.where(close, 1.0, gap))
     parts = rotate(third, vecs)
     trace = sum((part.trace(df / f) for part in parts), np.zeros_like(lam))
     return Geometry(np.asarray(q, dtype=np.float64), float(potential), np.asarray(grad),
@@ -314,7 +336,7 @@ def riemannian_surrogate_transition(
     current, evaluate, field: Field3, alpha: float, step_size: float, path_length: float,
     n_inner: int, rng: np.random.Generator, max_energy_error: float = 1000.0,
     tol: float = 1e-8, max_iter: int = 50, max_steps: int = 256,
-    frame: Whitening | None = None,
+    frame: Whitening | None = None, diagonal: bool = False,
 ) -> RiemannianTransition:
     """RNS-RMHMC's surrogate transition: ``n_inner`` Riemannian HMC moves exact for the
     surrogate ``exp(-U~)`` (jittered step and length, as the Euclidean kernel's), then one
@@ -325,9 +347,13 @@ def riemannian_surrogate_transition(
     floor, the step size and the implicit steps' tolerances are then in units of the
     frame's scale instead of the parameters'. ``current.q`` and ``evaluate`` stay in the
     parameters.
+    With ``diagonal`` the metric is SoftAbs of the Hessian's diagonal there
+    (``diagonal_field``).
     """
     if frame is not None:
         field = framed(field, frame)
+    if diagonal:  # the diagonal of the Hessian in the frame's coordinates
+        field = diagonal_field(field)
     start = geometry(current.q if frame is None else frame.to_white(current.q), field, alpha)
     geom, probs, n_steps, diverged, iterations, failures = start, [], 0, False, 0.0, 0
     error, eps = 0.0, step_size

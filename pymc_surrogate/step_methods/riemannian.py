@@ -15,6 +15,7 @@ import numpy as np
 
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.riemannian import (
+    diagonal_field,
     framed,
     geometry,
     riemannian_move,
@@ -28,7 +29,7 @@ from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["METRICS", "RIEMANNIAN_STATS", "RiemannianTrajectories"]
 
-METRICS = ("euclidean", "riemannian")
+METRICS = ("euclidean", "riemannian", "riemannian-diagonal")
 RIEMANNIAN_STATS = {
     "riemannian": (bool, []),
     "fixed_point_iterations": (np.float64, []),
@@ -51,9 +52,13 @@ class RiemannianTrajectories:
         self.softabs_alpha = float(softabs_alpha)
         self._riemann_last = (np.nan, 0)
 
+    @property
+    def _riemannian(self) -> bool:
+        return self.metric != "euclidean"
+
     def _check_metric(self) -> None:
         """After the step knows its block: what the Riemannian kernel cannot do."""
-        if self.metric != "riemannian":
+        if not self._riemannian:
             return
         if self.correction != "surrogate_transition":
             raise ValueError(
@@ -69,7 +74,7 @@ class RiemannianTrajectories:
 
     def _surrogate_step(self, chain: ChainState, current: ChainPoint,
                         record: bool = True) -> TransitionInfo:
-        if self.metric != "riemannian":
+        if not self._riemannian:
             return super()._surrogate_step(chain, current, record)
         with_grad = self.has_gradient and not chain.frozen
         temperature = chain.coverage.temperature
@@ -80,7 +85,7 @@ class RiemannianTrajectories:
             current, lambda q: self._evaluate(chain, q, with_grad=with_grad, record=record),
             field, self.softabs_alpha, chain.step_adapt.current(self.tune and not chain.frozen),
             self.path_length, self._inner_transitions(chain), self.rng, self.max_energy_error,
-            frame=self._riemann_frame(chain),
+            frame=self._riemann_frame(chain), diagonal=self.metric == "riemannian-diagonal",
         )
         self._riemann_last = (result.fixed_point_iterations, result.implicit_failures)
         return result.info
@@ -105,7 +110,7 @@ class RiemannianTrajectories:
 
     def _adapt_to_surrogate(self, chain: ChainState, chain_scale, warm_up) -> None:
         super()._adapt_to_surrogate(chain, chain_scale, warm_up)
-        if self.metric == "riemannian":
+        if self._riemannian:
             self._riemannian_warm_up(chain, chain_scale.mean)
 
     def _riemannian_warm_up(self, chain: ChainState, fallback_start: np.ndarray) -> None:
@@ -122,6 +127,8 @@ class RiemannianTrajectories:
         adapt = self._step_size_adaptation(chain.step_adapt.current(False))
         frame = self._riemann_frame(chain)
         field = framed(self._riemann_field(chain, chain.coverage.temperature), frame)
+        if self.metric == "riemannian-diagonal":
+            field = diagonal_field(field)
         start = chain.current.q if chain.current is not None else fallback_start
         geom = geometry(frame.to_white(start), field, self.softabs_alpha)
         for _ in range(self.tuning.riemannian_warm_up):
@@ -136,5 +143,5 @@ class RiemannianTrajectories:
     def _extra_stats(self, chain: ChainState) -> dict:
         iterations, failures = self._riemann_last
         self._riemann_last = (np.nan, 0)
-        return {**super()._extra_stats(chain), "riemannian": self.metric == "riemannian",
+        return {**super()._extra_stats(chain), "riemannian": self._riemannian,
                 "fixed_point_iterations": iterations, "implicit_failures": failures}

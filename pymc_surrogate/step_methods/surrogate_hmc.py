@@ -35,7 +35,7 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         one (where many are rejected, a longer inner run is thrown away more often).
     n_hidden, activation, quadratic, alpha, max_hidden, max_equations
         The surrogate's settings (``RandomNetworkSurrogate``).
-    metric : {"euclidean", "riemannian"}
+    metric : {"euclidean", "riemannian", "riemannian-diagonal"}
         "euclidean" (default): the surrogate transitions run HMC with a mass matrix fixed
         after tuning. "riemannian": RNS-RMHMC (rns-hmc §3.4), Riemannian HMC with the
         SoftAbs metric of the surrogate's Hessian (Betancourt 2013) and the generalised
@@ -48,6 +48,9 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         Stats ``riemannian``, ``fixed_point_iterations`` (Newton iterations of the
         implicit half-steps, per leapfrog step), ``implicit_failures`` (inner moves ended
         by an implicit step that did not converge: divergences, never accepted).
+        "riemannian-diagonal": the same with SoftAbs of the Hessian's diagonal only, the
+        cheaper metric rns-hmc used on its elliptic PDE (§5.2): no eigendecomposition,
+        blind to correlations.
     softabs_alpha : float
         SoftAbs's sharpness: eigenvalues ``lam`` of the Hessian become ``lam coth(alpha
         lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1).

@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["RankOneCubes", "SymmetrisedOuter", "pull_back", "rotate"]
+__all__ = ["DiagonalDerivative", "RankOneCubes", "SymmetrisedOuter", "diagonal_derivative",
+           "pull_back", "rotate"]
 
 
 class RankOneCubes(NamedTuple):
@@ -29,6 +30,10 @@ class RankOneCubes(NamedTuple):
 
     def scaled(self, factor: float) -> RankOneCubes:
         return self._replace(coef=factor * self.coef)
+
+    def diagonal(self) -> np.ndarray:
+        """``D[i, k] = T[i, k, k]``: how the Hessian's diagonal moves with ``q_i``."""
+        return self.vectors.T @ (self.coef[:, None] * self.vectors**2)
 
     def pulled_back(self, matrix: np.ndarray) -> RankOneCubes:
         """The cubes in ``z`` where ``q = m + matrix z``: ``v -> matrix^T v``."""
@@ -62,6 +67,11 @@ class SymmetrisedOuter(NamedTuple):
 
     def scaled(self, factor: float) -> SymmetrisedOuter:
         return self._replace(vector=factor * self.vector)
+
+    def diagonal(self) -> np.ndarray:
+        """``D[i, k] = T[i, k, k] = a_i S_kk + 2 a_k S_ik``."""
+        a, matrix = self.vector, self.matrix
+        return np.outer(a, np.diag(matrix)) + 2.0 * matrix * a[None, :]
 
     def pulled_back(self, matrix: np.ndarray) -> SymmetrisedOuter:
         """The part in ``z`` where ``q = m + matrix z``: ``a -> matrix^T a``,
@@ -101,6 +111,40 @@ def pull_back(third, matrix: np.ndarray) -> list:
     parts = third if isinstance(third, list | tuple) else [third]
     return [np.einsum("abc,ai,bj,ck->ijk", part, matrix, matrix, matrix, optimize=True)
             if isinstance(part, np.ndarray) else part.pulled_back(matrix) for part in parts]
+
+
+class DiagonalDerivative(NamedTuple):
+    """``T[i, k, l] = delta_kl D[i, k]``: the derivative of a diagonal metric source
+    (``core.riemannian.diagonal_field``), ``D[i, k] = d H_kk / d q_i``."""
+
+    matrix: np.ndarray  # (d, d): D
+
+    def rotated(self, eigvecs: np.ndarray) -> _RotatedDiagonal:
+        return _RotatedDiagonal(self.matrix, eigvecs)
+
+    def scaled(self, factor: float) -> DiagonalDerivative:
+        return DiagonalDerivative(factor * self.matrix)
+
+
+class _RotatedDiagonal(NamedTuple):
+    # M_i = Q^T diag(D[i]) Q: (M_i)_kl = sum_m Q_mk Q_ml D_im
+    matrix: np.ndarray  # D
+    eigvecs: np.ndarray  # Q
+
+    def trace(self, ratio: np.ndarray) -> np.ndarray:
+        return self.matrix @ (self.eigvecs**2 @ ratio)
+
+    def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        q = self.eigvecs
+        return self.matrix @ (q * ((q * u) @ divided.T))
+
+
+def diagonal_derivative(third) -> DiagonalDerivative:
+    """The derivative of the Hessian's diagonal, ``D[i, k] = T[i, k, k]``, from the parts."""
+    # (a part is itself a NamedTuple: a list or plain tuple holds parts)
+    parts = third if isinstance(third, list | tuple) and not hasattr(third, "_fields") else [third]
+    return DiagonalDerivative(sum(np.einsum("ikk->ik", part) if isinstance(part, np.ndarray)
+                                  else part.diagonal() for part in parts))
 
 
 def rotate(third, eigvecs: np.ndarray) -> list:

@@ -33,21 +33,23 @@ def test_a_block_of_a_compound_step_is_refused():
             SurrogateHMC([a], metric="riemannian")
 
 
-def _cut_gaussian_draws(step_class, **kwargs):
+def _cut_gaussian_draws(step_class, metric="riemannian", **kwargs):
     """Draws of the bad-region test's posterior (N(0, I) cut at x0 < 1 by a -inf logp, a
     cut no smooth surrogate shows, so only the true-logp correction keeps the draws out)."""
     term, _, _ = BAD_REGIONS["-inf"]
     with pm.Model():
         x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([-0.5, 0.0]))
         pm.Potential("bad", term(x))
-        return sample(step_class(metric="riemannian"), **kwargs)
+        return sample(step_class(metric=metric), **kwargs)
 
 
-@pytest.mark.parametrize("step_class", [SurrogateHMC, AdaptiveSurrogateHMC])
-def test_riemannian_draws_are_exact_on_a_cut_gaussian(step_class):
+@pytest.mark.parametrize("step_class,metric", [(SurrogateHMC, "riemannian"),
+                                               (AdaptiveSurrogateHMC, "riemannian"),
+                                               (SurrogateHMC, "riemannian-diagonal")])
+def test_riemannian_draws_are_exact_on_a_cut_gaussian(step_class, metric):
     """The moment check of the reliability suite, whose power against a sampler without
     the correction is shown below on the same model."""
-    idata = _cut_gaussian_draws(step_class, tune=500, draws=1000)
+    idata = _cut_gaussian_draws(step_class, metric, tune=500, draws=1000)
     draws = idata.posterior["x"].values
     assert not (draws[..., 0] > EDGE).any()
     mean0, sd0 = first_coordinate_moments(BAD_REGIONS["-inf"][2])
