@@ -53,7 +53,9 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         blind to correlations.
     softabs_alpha : float
         SoftAbs's sharpness: eigenvalues ``lam`` of the Hessian become ``lam coth(alpha
-        lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1).
+        lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1). The moves
+        run in the chain's whitened coordinates (the posterior scale of the last fit), so
+        the floor ``1 / alpha`` is relative to the posterior's own curvature.
     target_accept, path_length : float
         Step-size target (HMC on the surrogate alone); longest integration time.
     explore_steps : int or "auto"
