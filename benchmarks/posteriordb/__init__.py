@@ -9,7 +9,9 @@ Every module ``benchmarks/posteriordb/<module>.py`` that defines
 
 is found by :func:`discover`; adding a posterior means adding a file.  Optional module
 attributes: ``PARAM_RENAME`` (posteriordb variable name -> trace variable name, when they
-differ) and ``CHEAP`` (True for posteriors quick enough for the short CI run).  Each
+differ), ``CHEAP`` (True for posteriors quick enough for the short CI run) and
+``NOT_IN_REFERENCE`` (free variables posteriordb's draws do not store, e.g. a whitened latent
+``f_tilde`` whose transformed ``f`` is a ``pm.Deterministic`` in ``info.param_names``).  Each
 posterior's reference summary is ``reference/<POSTERIOR>.json`` and its data
 ``data/<data name>.json`` (see :mod:`benchmarks.posteriordb.reference`).
 
