@@ -80,6 +80,8 @@ def exploration_executor(executor, explore_tries, context_dim: int, owner: str,
     ``map`` (a ``concurrent.futures.Executor``, ``distributed.Client(...).get_executor()``).
     Workers compile the whole model, so the step must sample all of it.
     """
+    if not (isinstance(explore_tries, int | np.integer) and explore_tries >= 2):
+        raise ValueError(f"{owner}: explore_tries must be an integer >= 2; got {explore_tries!r}.")
     if executor in (None, "serial"):
         return None, int(explore_tries)
     if not (hasattr(executor, "submit") or hasattr(executor, "map")):
@@ -88,8 +90,11 @@ def exploration_executor(executor, explore_tries, context_dim: int, owner: str,
             "object with submit or map (a concurrent.futures.Executor, a Dask client's "
             f"get_executor()); got {executor!r}."
         )
-    if not (isinstance(explore_tries, int | np.integer) and explore_tries >= 2):
-        raise ValueError(f"{owner}: explore_tries must be an integer >= 2; got {explore_tries!r}.")
+    if pseudo_marginal:
+        # Multiple tries weigh each proposal by its logp; with a noisy estimate that is not
+        # the scheme whose exactness is tested.
+        raise ValueError(f"{owner}: exploration in batches needs an exact logp; with "
+                         "pseudo_marginal=True it explores one call at a time (executor=None).")
     if context_dim:
         raise ValueError(
             f"{owner}: an executor evaluates the whole model in its workers, but this step "

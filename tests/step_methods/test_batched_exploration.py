@@ -67,6 +67,11 @@ def test_bad_executor_settings_are_refused():
             SurrogateHMC(executor="dask")
         with pytest.raises(ValueError, match="explore_tries"):
             SurrogateHMC(executor=ThreadPoolExecutor(1), explore_tries=1)
+    from pymc_surrogate import KernelHMC
+
+    with gaussian_model(MEAN, COV, black_box=True):
+        with pytest.raises(ValueError, match="exact logp"):
+            KernelHMC(pseudo_marginal=True, executor=ThreadPoolExecutor(1))
     with pm.Model():
         a = pm.Normal("a")
         pm.Normal("b", a)
