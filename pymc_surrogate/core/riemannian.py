@@ -32,8 +32,7 @@ import numpy as np
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.metropolis import metropolis_accept
 from pymc_surrogate.core.transitions import correct_surrogate_move
-from pymc_surrogate.surrogates.third_derivatives import diagonal_derivative
-from pymc_surrogate.surrogates.third_derivatives import pull_back, rotate
+from pymc_surrogate.surrogates.third_derivatives import diagonal_derivative, pull_back, rotate
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = [
@@ -43,6 +42,7 @@ __all__ = [
     "diagonal_field",
     "framed",
     "geometry",
+    "in_frame",
     "hamiltonian",
     "leapfrog_step",
     "riemannian_move",
@@ -101,6 +101,14 @@ def diagonal_field(field: Field3) -> Field3:
         return value, grad, np.diag(hessian).copy(), [diagonal_derivative(third)]
 
     return diagonal
+
+
+def in_frame(field: Field3, frame: Whitening | None, diagonal: bool = False) -> Field3:
+    """The field the moves run on: in the frame's coordinates (``framed``; none: the
+    parameters'), with the diagonal of the Hessian there as metric source if ``diagonal``."""
+    if frame is not None:
+        field = framed(field, frame)
+    return diagonal_field(field) if diagonal else field
 
 
 class Geometry(NamedTuple):
@@ -350,10 +358,7 @@ def riemannian_surrogate_transition(
     With ``diagonal`` the metric is SoftAbs of the Hessian's diagonal there
     (``diagonal_field``).
     """
-    if frame is not None:
-        field = framed(field, frame)
-    if diagonal:  # the diagonal of the Hessian in the frame's coordinates
-        field = diagonal_field(field)
+    field = in_frame(field, frame, diagonal)
     start = geometry(current.q if frame is None else frame.to_white(current.q), field, alpha)
     geom, probs, n_steps, diverged, iterations, failures = start, [], 0, False, 0.0, 0
     error, eps = 0.0, step_size

@@ -85,6 +85,8 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
     #: Where black-box exploration evaluates in batches (``exploration.py``; None: serially).
     explore_executor = None
     explore_tries = 4
+    _executor_left_behind = False  # the executor did not travel to this process
+    _node_logp_cache = None  # exploration.py: the model as executor workers compile it
 
     def __init__(
         self, vars=None, *, target_accept: float = 0.8, path_length: float = 2.8,
@@ -122,6 +124,12 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         self.context = BlockContext(self.functions.shared, self.dim, owner)
         self.explore_executor, self.explore_tries = exploration_executor(
             executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
+        # PyMC keeps the constructor's arguments to rebuild the step when unpickling
+        # (BlockedStep.__new__, which skips __init__; the state restores the rest): the
+        # executor stays out of them, as out of the state.
+        newargs = getattr(self, "_BlockedStep__newargs", None)
+        if newargs is not None and "executor" in newargs[1]:
+            self._BlockedStep__newargs = newargs[0], {**newargs[1], "executor": None}
         self.store = make_store(store, owner)
         self._bind_store(model, vars, store)
         self._note_warm_store()
@@ -147,18 +155,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         if state.get("explore_executor") is not None:
             state["explore_executor"], state["_executor_left_behind"] = None, True
         state["_node_logp_cache"] = None
-        # PyMC keeps the constructor's arguments to rebuild the object when unpickling
-        # (BlockedStep.__new__, which does not run __init__; this state restores the rest):
-        # an executor among them is left behind too.
-        newargs = "_BlockedStep__newargs"
-        if newargs in state and "executor" in state[newargs][1]:
-            args, kwargs = state[newargs]
-            state[newargs] = args, {**kwargs, "executor": None}
         return state
-
-    def __getnewargs_ex__(self):
-        args, kwargs = super().__getnewargs_ex__()
-        return args, {**kwargs, "executor": None} if "executor" in kwargs else kwargs
 
     def _new_chain(self) -> ChainState:
         initial_step = 0.25 / self.dim**0.25

@@ -220,10 +220,9 @@ class EvaluationStore:
     # ------------------------------------------------------------ exploration
     def add_explored(self, steps: int = 1) -> None:
         """Count exploration iterations (exact kernel steps in tune) of any chain."""
-        connection = self._connect()
-        connection.execute("INSERT OR IGNORE INTO meta VALUES ('explored', '0')")
-        connection.execute(
-            "UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE name = 'explored'", (steps,))
+        self._connect().execute(
+            "INSERT INTO meta VALUES ('explored', ?) ON CONFLICT(name) DO UPDATE "
+            "SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)", (str(steps),))
 
     @property
     def explored(self) -> int:

@@ -78,7 +78,7 @@ class Exploration:
             )
         if self.tune and not chain.frozen:
             current = self._update_probe(chain, current)
-        if getattr(self, "_executor_left_behind", False) and chain.iteration == 0:
+        if self._executor_left_behind and chain.iteration == 0:
             self._warn(
                 chain, WarningType.BAD_PARAMS,
                 "the executor stayed in the parent process (it does not travel to PyMC's "
@@ -142,7 +142,7 @@ class Exploration:
 
     def _node_logp(self):
         """The model as workers compile it, pickled once per step (not per batch)."""
-        if getattr(self, "_node_logp_cache", None) is None:
+        if self._node_logp_cache is None:
             self._node_logp_cache = _NodeLogp.from_model(self._model, self.vars,
                                                          type(self).__name__)
         return self._node_logp_cache

@@ -15,9 +15,8 @@ import numpy as np
 
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.riemannian import (
-    diagonal_field,
-    framed,
     geometry,
+    in_frame,
     riemannian_move,
     riemannian_surrogate_transition,
     tempered3,
@@ -56,6 +55,10 @@ class RiemannianTrajectories:
     def _riemannian(self) -> bool:
         return self.metric != "euclidean"
 
+    @property
+    def _diagonal(self) -> bool:
+        return self.metric == "riemannian-diagonal"
+
     def _check_metric(self) -> None:
         """After the step knows its block: what the Riemannian kernel cannot do."""
         if not self._riemannian:
@@ -85,7 +88,7 @@ class RiemannianTrajectories:
             current, lambda q: self._evaluate(chain, q, with_grad=with_grad, record=record),
             field, self.softabs_alpha, chain.step_adapt.current(self.tune and not chain.frozen),
             self.path_length, self._inner_transitions(chain), self.rng, self.max_energy_error,
-            frame=self._riemann_frame(chain), diagonal=self.metric == "riemannian-diagonal",
+            frame=self._riemann_frame(chain), diagonal=self._diagonal,
         )
         self._riemann_last = (result.fixed_point_iterations, result.implicit_failures)
         return result.info
@@ -126,9 +129,8 @@ class RiemannianTrajectories:
         """
         adapt = self._step_size_adaptation(chain.step_adapt.current(False))
         frame = self._riemann_frame(chain)
-        field = framed(self._riemann_field(chain, chain.coverage.temperature), frame)
-        if self.metric == "riemannian-diagonal":
-            field = diagonal_field(field)
+        field = in_frame(self._riemann_field(chain, chain.coverage.temperature), frame,
+                         self._diagonal)
         start = chain.current.q if chain.current is not None else fallback_start
         geom = geometry(frame.to_white(start), field, self.softabs_alpha)
         for _ in range(self.tuning.riemannian_warm_up):

@@ -84,9 +84,7 @@ class SharedEvaluations:
             return 0
         rows = self.store.read(chain.store_cursor, self._writer(chain), self.dim,
                                self.context.dim)
-        for i in range(rows.potentials.size):
-            chain.training.append(rows.positions[i], rows.potentials[i], rows.gradients[i],
-                                  rows.contexts[i])
+        chain.training.extend(rows.positions, rows.potentials, rows.gradients, rows.contexts)
         chain.store_cursor = rows.last_id
         return rows.potentials.size
 

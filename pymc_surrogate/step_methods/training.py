@@ -145,6 +145,19 @@ class TrainingSet:
             self._contexts[i] = context
         self.size += 1
 
+    def extend(self, positions: np.ndarray, potentials: np.ndarray, gradients: np.ndarray,
+               contexts: np.ndarray) -> None:
+        """Append rows at once (NaN gradient rows where none was computed)."""
+        n = potentials.shape[0]
+        while self.size + n > self._potentials.shape[0]:
+            self._grow()
+        rows = slice(self.size, self.size + n)
+        self._positions[rows], self._potentials[rows] = positions, potentials
+        self._gradients[rows] = gradients
+        if self.context_dim:
+            self._contexts[rows] = contexts
+        self.size += n
+
     def _grow(self) -> None:
         new = 2 * self._potentials.shape[0]
         for name in ("_positions", "_potentials", "_gradients", "_contexts"):

@@ -120,23 +120,23 @@ class DiagonalDerivative(NamedTuple):
     matrix: np.ndarray  # (d, d): D
 
     def rotated(self, eigvecs: np.ndarray) -> _RotatedDiagonal:
-        return _RotatedDiagonal(self.matrix, eigvecs)
+        # A diagonal metric's eigenbasis is the coordinates' own (``geometry`` passes the
+        # identity): nothing to rotate, and the contractions need no (d, d) products.
+        return _RotatedDiagonal(self.matrix)
 
     def scaled(self, factor: float) -> DiagonalDerivative:
         return DiagonalDerivative(factor * self.matrix)
 
 
 class _RotatedDiagonal(NamedTuple):
-    # M_i = Q^T diag(D[i]) Q: (M_i)_kl = sum_m Q_mk Q_ml D_im
+    # M_i = diag(D[i]): the trace weighs D's rows, and (J o M_i) u keeps J's diagonal
     matrix: np.ndarray  # D
-    eigvecs: np.ndarray  # Q
 
     def trace(self, ratio: np.ndarray) -> np.ndarray:
-        return self.matrix @ (self.eigvecs**2 @ ratio)
+        return self.matrix @ ratio
 
     def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
-        q = self.eigvecs
-        return self.matrix @ (q * ((q * u) @ divided.T))
+        return self.matrix * (np.diagonal(divided) * u)
 
 
 def diagonal_derivative(third) -> DiagonalDerivative:
