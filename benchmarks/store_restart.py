@@ -15,8 +15,8 @@ first fit comes after ``explore_steps`` = 600 exploration iterations at d = 20, 
 is after it, in tuning); (2) the same run again, same store: the solves until its first
 fit against the store's rows at the kill; (3) that run finishes, and then (4) runs of
 ``--draws`` more draws on its store with ``tune`` in ``--second-tunes``: solves before the
-first draw (the steps' ``total_model_evals`` at the last tuning iteration, and 1 for the
-initial point when ``tune=0``), their min ESS and R-hat against a run alone.
+first draw (the first draw's ``total_model_evals`` less its own ``model_evals``: tuning
+and the checks when tuning ends), their min ESS and R-hat against a run alone.
 Output: ``benchmarks/results/store_restart_<tag>.md``.
 """
 
@@ -64,13 +64,21 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def sample(args, store, tune: int, draws: int, seed: int):
+class ExactTuning(SurrogateHMC):
+    """SurrogateHMC that tunes with exact corrections even on a finished run's store (as
+    before ``warm_tuning.py``): the comparison for its draws."""
+
+    def _tunes_on_surrogate(self, chain) -> bool:
+        return False
+
+
+def sample(args, store, tune: int, draws: int, seed: int, step_class=SurrogateHMC):
     model, _ = make_pde_model(n_modes=args.modes, mesh_size=args.mesh, gradient=False)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return pm.sample(draws=draws, tune=tune, chains=1, cores=1, random_seed=seed,
                          progressbar=False, discard_tuned_samples=False,
-                         compute_convergence_checks=False, step=SurrogateHMC(store=store))
+                         compute_convergence_checks=False, step=step_class(store=store))
 
 
 def kill_when(path: Path, rows: int, args) -> int:
@@ -117,6 +125,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--kill-at", type=int, default=900)
     parser.add_argument("--second-tunes", default="0,50,1000")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--compare-seeds", type=int, default=0,
+                        help="second runs (tune=1000) at this many seeds, tuned on the "
+                             "surrogate alone and exactly")
     parser.add_argument("--tag", default="pde")
     parser.add_argument("--out", default=str(DEFAULT_RESULTS_DIR))
     args = parser.parse_args(argv)
@@ -139,16 +150,26 @@ def main(argv: list[str] | None = None) -> list[str]:
     ess, fallback = quality(alone)
     lines.append(f"- A run alone, same settings: {int(alone.sample_stats['total_model_evals'].values[0, -1])} "
                  f"solves, min ESS {ess:.0f}, fallback share {fallback:.2f}.")
-    for tune in (int(t) for t in args.second_tunes.split(",")):
+    runs = [(int(t), SurrogateHMC, args.seed + 3 + int(t)) for t in args.second_tunes.split(",")]
+    # tuning on the surrogate alone against exact tuning, same store, same seeds
+    runs += [(1000, step_class, args.seed + 100 + i) for i in range(args.compare_seeds)
+             for step_class in (SurrogateHMC, ExactTuning)]
+    for tune, step_class, seed in runs:
         # each second run on a copy, so that they all start from the finished run's store
-        copy = directory / f"second_{tune}.sqlite"
+        copy = directory / f"second_{tune}_{step_class.__name__}_{seed}.sqlite"
         EvaluationStore(path)._connect().execute(f"VACUUM INTO '{copy}'")
-        second = sample(args, copy, tune, args.draws, args.seed + 3 + tune)
-        before = (int(np.asarray(second.warmup_sample_stats["total_model_evals"])[0, -1])
-                  if tune else int(np.asarray(second.sample_stats["total_model_evals"])[0, 0]) - 1)
+        second = sample(args, copy, tune, args.draws, seed, step_class)
+        # everything counted before the first draw's own evaluations: tuning, and the
+        # checks when tuning ends (the final fit's tail-jump trials, full-length trials)
+        draws = second.sample_stats
+        before = int(draws["total_model_evals"].values[0, 0] - draws["model_evals"].values[0, 0])
         ess, fallback = quality(second)
-        lines.append(f"- A second run, tune={tune}, {args.draws} draws on the finished store: "
-                     f"{before} solves before its first draw (target <= 100); min ESS {ess:.0f}, "
+        on_surrogate = (np.isnan(second.warmup_sample_stats["lp"].values).mean()
+                        if tune else 0.0)
+        lines.append(f"- A second run ({step_class.__name__}, seed {seed}), tune={tune}, "
+                     f"{args.draws} draws on the finished store: "
+                     f"{before} solves before its first draw (target <= 100; tuning iterations "
+                     f"on the surrogate alone: {on_surrogate:.0%}); min ESS {ess:.0f}, "
                      f"fallback share {fallback:.2f}.")
         print(lines[-1], flush=True)
     meta = environment_meta()

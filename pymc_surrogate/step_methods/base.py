@@ -41,6 +41,7 @@ from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.refit import Refits
 from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, gradient_setting
+from pymc_surrogate.step_methods.warm_tuning import WarmTuning
 from pymc_surrogate.step_methods.settings import (
     block_variables,
     check_settings,
@@ -59,7 +60,7 @@ __all__ = ["SurrogateStep", "ChainState"]
 
 
 class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, TailJumps, ChainHealth,
-                    SharedEvaluations, ArrayStepShared):
+                    SharedEvaluations, WarmTuning, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -193,12 +194,15 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         """Freeze the chain: the final fit, then the draws' tail jumps and path length."""
         self.tune = False
         chain = self.chain
+        chain.on_surrogate = False  # the first draw evaluates the state tuning left
         if chain.frozen:
             return
         tuned_length = self._tuned_length(chain)
         self._read_shared(chain)  # the final fit sees every chain's tuning
         chain.frozen = True
-        if self._final_fit(chain):
+        fitted = self._final_fit(chain)
+        self._count_tuned(chain)
+        if fitted:
             self._choose_tail_jumps(chain)
             self._choose_inner_transitions(chain)
         if tuned_length is not None:  # the final fit restarted the length at the full path
@@ -225,6 +229,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         chain = self.chain
         q = q0.data.astype(np.float64, copy=False)
         logp_before, grad_before = chain.counts.logp_evals, chain.counts.grad_evals
+        chain.on_surrogate = self._tunes_on_surrogate(chain)
         current = self._current_point(chain, q)
 
         # 1. the phase, 2. its kernel
@@ -242,7 +247,9 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
             chain.explore.recent_moves.append(info.accepted)
 
         # 3. adaptation (tune only), then the online policy's hook
-        if self.tune and not chain.frozen:
+        if chain.on_surrogate:
+            self._adapt_on_surrogate(chain, info)
+        elif self.tune and not chain.frozen:
             self._adapt(chain, info, exploring)
             if exploring:  # after the fit decision, which counts the iterations before this
                 self._count_exploration(chain, self._exploration_units())
@@ -250,6 +257,9 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         chain.iteration += 1
         chain.current = info.point
         chain.current_key = self.evaluator.key(info.point.q)
+        chain.current_approximate = chain.on_surrogate
+        if chain.on_surrogate:
+            self._check_surrogate_at_state(chain)
 
         # 4. stats (and, in the draws, the chain's health)
         # The exact exploration kernel where a surrogate should have moved the chain: in the
@@ -281,7 +291,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
             "surrogate_energy_error": info.surrogate_energy_error,
             "step_size": info.step_size,
             "n_steps": info.n_steps,
-            "model_logp": -info.point.potential,
+            "model_logp": np.nan if chain.current_approximate else -chain.current.potential,
             "model_evals": chain.counts.logp_evals - logp_before,
             "gradient_evals": chain.counts.grad_evals - grad_before,
             "total_model_evals": chain.counts.logp_evals,
@@ -326,7 +336,8 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
 
     # ------------------------------------------------------- model evaluation
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
-        if chain.current is not None and chain.current_key == self.evaluator.key(q):
+        if (chain.current is not None and chain.current_key == self.evaluator.key(q)
+                and (chain.on_surrogate or not chain.current_approximate)):
             return chain.current
         with_grad = self.has_gradient and not chain.frozen
         return self.evaluator.check_start(self._evaluate(chain, q, with_grad=with_grad))

@@ -35,10 +35,7 @@ class Corrections:
         """One corrected surrogate transition; ``record=False``: its model evaluation is no
         training data (the full-length trials, which are no draws)."""
         with_grad = self.has_gradient and not chain.frozen
-
-        def evaluate(q: np.ndarray) -> ChainPoint:
-            return self._evaluate(chain, q, with_grad=with_grad, record=record)
-
+        current, evaluate = self._model_or_surrogate(chain, current, with_grad, record)
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
         field = self._surrogate_field(chain)
         if self._tempers_now(chain):  # tuning only (coverage.py)

@@ -217,22 +217,39 @@ class EvaluationStore:
     def __len__(self) -> int:
         return int(self._connect().execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
 
-    # ------------------------------------------------------------ exploration
+    # ------------------------------------------------------------- counters
+    def _add(self, counter: str, amount: int) -> None:
+        self._connect().execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
+            "SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)",
+            (counter, str(amount)))
+
+    def _count(self, counter: str) -> int:
+        row = self._connect().execute("SELECT value FROM meta WHERE name = ?", (counter,)).fetchone()
+        return 0 if row is None else int(row[0])
+
     def add_explored(self, steps: int = 1) -> None:
         """Count exploration iterations (exact kernel steps in tune) of any chain."""
-        self._connect().execute(
-            "INSERT INTO meta VALUES ('explored', ?) ON CONFLICT(name) DO UPDATE "
-            "SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)", (str(steps),))
+        self._add("explored", steps)
 
     @property
     def explored(self) -> int:
         """Exploration iterations all chains have run, this run and earlier ones."""
-        row = self._connect().execute("SELECT value FROM meta WHERE name = 'explored'").fetchone()
-        return 0 if row is None else int(row[0])
+        return self._count("explored")
+
+    def add_tuned(self) -> None:
+        """Count a chain that ended tuning with a surrogate."""
+        self._add("tuned", 1)
+
+    @property
+    def tuned(self) -> int:
+        """Chains, of this run and earlier ones, that ended tuning with a surrogate."""
+        return self._count("tuned")
 
     def __repr__(self) -> str:
         where = self.path if self.kept else "temporary"
-        return f"EvaluationStore({where!r}, {len(self)} evaluations, {self.explored} explored)"
+        return (f"EvaluationStore({where!r}, {len(self)} evaluations, {self.explored} "
+                f"explored, {self.tuned} tuned)")
 
 
 def model_key(model, value_vars, compile_graph) -> str:

@@ -5,6 +5,7 @@ The kernels and the check are in ``core/tail_jumps.py``; this is the policy arou
 
 from __future__ import annotations
 
+import numpy as np
 from pymc.stats.convergence import WarningType
 
 from pymc_surrogate.core.tail_jumps import (
@@ -34,6 +35,8 @@ class TailJumps:
         surrogate had no data: ESS 30 against 300 for the other chain).
         """
         states, potentials = self._late_tuning_states(chain)
+        known = np.isfinite(potentials)  # not the moves on the surrogate alone (warm_tuning.py)
+        states, potentials = states[known], potentials[known]
         if self.tail_jumps == 0 or len(states) <= self.dim:
             return
         chain.tails.jumps = CauchyJumps(chain.whitening)

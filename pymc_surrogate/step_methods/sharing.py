@@ -10,6 +10,10 @@ the pooled data hold every chain's region even when chains run one after the oth
 that all fit on the first chain's exploration would all miss what it missed, and R-hat
 could no longer tell). A store that already held ``explore_steps`` of exploration when
 the step was made (a kept file of an earlier run) is trusted as it is: a rerun fits at once.
+A store that also held a finished tuning (``EvaluationStore.tuned``, counted when a chain
+ends tuning with a surrogate) lets the rerun tune on the surrogate alone
+(``warm_tuning.py``); a killed run's store does not, as its surrogate had not yet been
+refined by tuning's corrections.
 In the draws nothing is read: each chain's surrogate is frozen, so its kernel, and the
 draws' exactness, do not depend on the other chains.
 """
@@ -47,6 +51,7 @@ class SharedEvaluations:
 
     store: EvaluationStore | None = None
     _warm_store: bool = False
+    _tuned_store: bool = False
 
     def _bind_store(self, model, vars, given) -> None:
         """Claim a store the user gave for this model (a step's own needs no key)."""
@@ -96,9 +101,17 @@ class SharedEvaluations:
             self.store.add_explored(units)
 
     def _note_warm_store(self) -> None:
-        """Whether the store held a full exploration before this step was made."""
+        """What the store held before this step was made: a full exploration (the step
+        fits at once), and a run's finished tuning (it tunes on the surrogate alone,
+        ``warm_tuning.py``)."""
         self._warm_store = bool(self._learns_from_store
                                 and self.store.explored >= self.explore_steps)
+        self._tuned_store = self._warm_store and self.store.tuned > 0
+
+    def _count_tuned(self, chain: ChainState) -> None:
+        """Tell the store a chain ended tuning with a surrogate."""
+        if self._learns_from_store and chain.surrogate is not None:
+            self.store.add_tuned()
 
     def _explored(self, chain: ChainState) -> int:
         """Exploration behind the chain's data: all chains' when they share, once the

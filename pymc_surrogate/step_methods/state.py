@@ -20,7 +20,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "OnlineState", "HealthRecord", "CoverageState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "OnlineState", "HealthRecord", "CoverageState", "WarmState", "SurrogateStepState"]
 
 
 @dataclass
@@ -61,6 +61,15 @@ class ExploreState:
     probe_draws: np.ndarray | None = None  # its draws: the DE history while it exists
     adapted: int = 0  # tune's updates of the DE scale factor (explore_adapt)
     units: int = 0  # exploration done in tune: iterations, or model calls when batched
+
+
+@dataclass
+class WarmState:
+    """Tuning on the surrogate alone on a warm store (warm_tuning.py)."""
+
+    acceptances: list = field(default_factory=list)  # expected correction acceptance, per check
+    last_error: float | None = None  # U - U~ at the last check
+    left: bool = False  # the checks found the surrogate poor: tuning is exact from then on
 
 
 @dataclass
@@ -118,6 +127,8 @@ class ChainState:
     inner_transitions: int = 1  # corrections.py: surrogate transitions a draw (n_inner="auto")
     current: ChainPoint | None = None  # with its true logp, cached
     current_key: bytes | None = None
+    current_approximate: bool = False  # current's potential is the surrogate's (warm_tuning.py)
+    on_surrogate: bool = False  # this tuning iteration moves on the surrogate alone
     iteration: int = 0
     writer: str | None = None  # the chain's name in the evaluation store (sharing.py)
     store_cursor: int = 0  # the last store row it has read
@@ -130,6 +141,7 @@ class ChainState:
     counts: Counts = field(default_factory=Counts)
     fits: FitSchedule = field(default_factory=FitSchedule)
     explore: ExploreState = field(default_factory=ExploreState)
+    warm: WarmState = field(default_factory=WarmState)
     tails: TailState = field(default_factory=TailState)
     health: HealthRecord = field(default_factory=HealthRecord)
     online: OnlineState = field(default_factory=OnlineState)

@@ -72,8 +72,10 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         the chains of every process, which then read each other's evaluations as they
         come (the draws depend on the processes' timing). A path (an SQLite file, shared
         by every process): kept after the run, a kill included; a later run given it fits
-        before its first draw (``tune=0`` then spends no model evaluation on tuning); it
-        refuses another model's file. ``False``: each chain learns alone.
+        at its first tuning iteration, and when it holds a finished run's tuning, tunes on
+        the surrogate alone, evaluating the model only every 20th tuning iteration to
+        check the surrogate where the chain went (about 50 evaluations in 1000; exact
+        tuning again where the checks find it poor); it refuses another model's file. ``False``: each chain learns alone.
     executor : None or a concurrent.futures.Executor
         Black-box models: where exploration evaluates the model. ``None`` (default): one
         call at a time. An executor (``distributed.Client(...).get_executor()``, a
