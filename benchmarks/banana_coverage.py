@@ -35,6 +35,7 @@ import json
 import os
 import sys
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -137,10 +138,12 @@ def measure(idata, ref_mean, ref_sd, ref_q):
     return row
 
 
-def run(sampler, seed, tune, draws, chains, models, ref, sampler_kwargs=None):
+def run(sampler, seed, tune, draws, chains, models, ref, sampler_kwargs=None, threads=0):
     """One sampler at one seed: a row (an exception becomes an ``error`` row)."""
     model, info = models["gradient" if sampler == "VariationalHMC" else "black_box"]
     row = {"sampler": sampler, "seed": seed, "status": "error", "reasons": ""}
+    if threads and sampler not in ("VariationalHMC", "SparseGridHMC"):
+        sampler_kwargs = {**(sampler_kwargs or {}), "executor": ThreadPoolExecutor(threads)}
     try:
         res = sample_counted(model, info, sampler, pymc_surrogate.STEP_METHODS[sampler],
                              draws=draws, tune=tune, chains=chains, seed=seed,
@@ -219,6 +222,9 @@ def main(argv=None):
     p.add_argument("--tag", default=f"{_dt.datetime.now():%Y%m%d-%H%M%S}")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR)
     p.add_argument("--sampler-kwargs", help='JSON, e.g. {"SurrogateHMC": {"metric": "riemannian"}}')
+    p.add_argument("--executor-threads", type=int, default=0,
+                   help="black-box samplers explore in batches on a ThreadPoolExecutor of "
+                        "this many threads (issue 36; 0: serially)")
     a = p.parse_args(argv)
     seeds = parse_seeds(a.seeds)
     kwargs = json.loads(a.sampler_kwargs) if a.sampler_kwargs else {}
@@ -235,6 +241,8 @@ def main(argv=None):
         "settings": f"tune={a.tune} draws={a.draws} chains={a.chains} cores=1, default step "
         f"settings, seeds {seeds}",
         **({"sampler kwargs": json.dumps(kwargs)} if kwargs else {}),
+        **({"executor": f"ThreadPoolExecutor({a.executor_threads}) for the black-box samplers"}
+           if a.executor_threads else {}),
         "versions": f"{env['versions']}, arviz {az.__version__}, numpy {np.__version__}, "
         f"pymc_surrogate from {Path(pymc_surrogate.__file__).parent}",
         "date": f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
@@ -249,7 +257,7 @@ def main(argv=None):
         for seed in seeds:
             for sampler in split_names(a.samplers):
                 rows.append(r := run(sampler, seed, a.tune, a.draws, a.chains, models, ref,
-                                     kwargs.get(sampler)))
+                                     kwargs.get(sampler), a.executor_threads))
                 print(f"[{_dt.datetime.now():%H:%M:%S}] {sampler} seed {seed}: {r['status']} "
                       f"z {r.get('max_abs_z', np.nan):.2f} rhat {r.get('max_rhat', np.nan):.3f} "
                       f"{r.get('wall_s', np.nan):.0f} s {r['reasons']}", flush=True)

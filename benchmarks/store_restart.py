@@ -66,7 +66,7 @@ CHILD = textwrap.dedent("""
 
 class ExactTuning(SurrogateHMC):
     """SurrogateHMC that tunes with exact corrections even on a finished run's store (as
-    before ``warm_tuning.py``): the comparison for its draws."""
+    before ``surrogate_tuning.py``): the comparison for its draws."""
 
     def _tunes_on_surrogate(self, chain) -> bool:
         return False

@@ -41,7 +41,7 @@ from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.refit import Refits
 from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, gradient_setting
-from pymc_surrogate.step_methods.warm_tuning import WarmTuning
+from pymc_surrogate.step_methods.surrogate_tuning import SurrogateTuning
 from pymc_surrogate.step_methods.settings import (
     block_variables,
     check_settings,
@@ -60,7 +60,7 @@ __all__ = ["SurrogateStep", "ChainState"]
 
 
 class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, TailJumps, ChainHealth,
-                    SharedEvaluations, WarmTuning, ArrayStepShared):
+                    SharedEvaluations, SurrogateTuning, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -255,11 +255,10 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
                 self._count_exploration(chain, self._exploration_units())
         self._after_iteration(chain, info)
         chain.iteration += 1
-        chain.current = info.point
-        chain.current_key = self.evaluator.key(info.point.q)
-        chain.current_approximate = chain.on_surrogate
-        if chain.on_surrogate:
-            self._check_surrogate_at_state(chain)
+        chain.current, chain.current_approximate = info.point, chain.on_surrogate
+        if chain.on_surrogate:  # may evaluate the state, or move the chain back into the support
+            self._check_surrogate(chain)
+        chain.current_key = self.evaluator.key(chain.current.q)
 
         # 4. stats (and, in the draws, the chain's health)
         # The exact exploration kernel where a surrogate should have moved the chain: in the
@@ -309,7 +308,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
             **self._coverage_stats(chain, surrogate_step=not (exploring or jumping)),
             **self._extra_stats(chain),
         }
-        return RaveledVars(info.point.q, q0.point_map_info), [stats]
+        return RaveledVars(chain.current.q, q0.point_map_info), [stats]
 
     def _adapt(self, chain: ChainState, info: TransitionInfo, exploring: bool) -> None:
         """Step sizes, path length, mass matrix, tuning trace, and the refit schedule."""

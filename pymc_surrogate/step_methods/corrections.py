@@ -35,11 +35,11 @@ class Corrections:
         """One corrected surrogate transition; ``record=False``: its model evaluation is no
         training data (the full-length trials, which are no draws)."""
         with_grad = self.has_gradient and not chain.frozen
-        current, evaluate = self._model_or_surrogate(chain, current, with_grad, record)
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
         field = self._surrogate_field(chain)
         if self._tempers_now(chain):  # tuning only (coverage.py)
             field = tempered(field, self._tuning_temperature())
+        current, evaluate = self._model_or_surrogate(chain, current, with_grad, record, field)
         if self.correction == "hamiltonian":
             return surrogate_hmc_transition(
                 current, evaluate, field, chain.metric, step_size,

@@ -60,11 +60,11 @@ class Coverage:
         final fit. Every step of tuning, not every other one: alternating gave 4 of 10.
         Not with a gradient (exploration is then exact HMC, which reaches the arms), nor for
         the learners from chain states or a design (KernelHMC, SparseGridHMC), nor in a
-        compound step's block, nor when tuning moves on the surrogate alone
-        (``warm_tuning.py``), which evaluates nothing there.
+        compound step's block. When tuning moves on the surrogate alone
+        (``surrogate_tuning.py``) the chain samples ``U~ / T`` itself, and the states it
+        evaluates reach as far.
         """
-        return (self.tune and not chain.frozen and not chain.on_surrogate
-                and self._tempers_tuning())
+        return self.tune and not chain.frozen and self._tempers_tuning()
 
     def _tempers_tuning(self) -> bool:
         """Whether this step tempers its surrogate steps in tuning (and refits at

@@ -35,18 +35,19 @@ class Tuning:
     #: the chains' pooled evaluations (sharing.py): a quarter, what each of PyMC's default
     #: four chains explores when they run at once.
     own_exploration_share: float = 0.25
-    # --- tuning on the surrogate alone on a warm store (warm_tuning.py)
-    #: The model is evaluated at the chain's state every this many such iterations: about
-    #: 50 solves in the default 1000 tuning iterations.
-    warm_check_interval: int = 20
-    #: Checks over which the surrogate's expected correction acceptance is averaged ...
-    warm_check_window: int = 10
+    # --- tuning on the surrogate alone (surrogate_tuning.py)
+    #: The model is evaluated at the chain's states every this many such iterations: about
+    #: 50 solves in the default 1000 tuning iterations (``explore_tries`` times as many,
+    #: at once, when exploration is batched).
+    surrogate_check_interval: int = 20
+    #: Pairs of checked states over which the expected correction acceptance is averaged ...
+    surrogate_check_window: int = 10
     #: ... below which the chain tunes with exact corrections from then on. That mean is
     #: at least 0.5 (a move to lower error is always accepted); at 0.6 the surrogate's
     #: error differs by about 1.6 nats between states. The black-box PDE, whose draws'
-    #: correction accepts 0.72-0.81, stays on the surrogate (0.6 is 3 sd of a 10-check
+    #: correction accepts 0.72-0.81, stays on the surrogate (0.6 is 3 sd of a 10-pair
     #: mean below 0.75).
-    warm_check_acceptance: float = 0.6
+    surrogate_check_acceptance: float = 0.6
     # --- the stall fallback (exploration.py, refit.py)
     #: Surrogate steps over which a stall is judged (black-box PDE: acceptance 0 for the
     #: rest of tuning after a poor early fit).

@@ -35,7 +35,7 @@ class TailJumps:
         surrogate had no data: ESS 30 against 300 for the other chain).
         """
         states, potentials = self._late_tuning_states(chain)
-        known = np.isfinite(potentials)  # not the moves on the surrogate alone (warm_tuning.py)
+        known = np.isfinite(potentials)  # not the moves on the surrogate alone (surrogate_tuning.py)
         states, potentials = states[known], potentials[known]
         if self.tail_jumps == 0 or len(states) <= self.dim:
             return

@@ -152,7 +152,7 @@ class Refits:
 
     def _late_tuning_states(self, chain: ChainState) -> tuple[np.ndarray, np.ndarray]:
         """The second half of the tuning states (past the initial transient) and their
-        true potentials (NaN after a move on the surrogate alone, ``warm_tuning.py``): the
+        true potentials (NaN after a move on the surrogate alone, ``surrogate_tuning.py``): the
         chain's posterior sample for scales and checks."""
         start = len(chain.positions) // 2
         positions = np.array(chain.positions[start:]).reshape(-1, self.dim)

@@ -84,7 +84,7 @@ class RiemannianTrajectories:
         if self._tempers_now(chain):  # tuning only (coverage.py)
             temperature *= self._tuning_temperature()
         field = self._riemann_field(chain, temperature)
-        current, evaluate = self._model_or_surrogate(chain, current, with_grad, record)
+        current, evaluate = self._model_or_surrogate(chain, current, with_grad, record, field)
         result = riemannian_surrogate_transition(
             current, evaluate, field, self.softabs_alpha, chain.step_adapt.current(self.tune and not chain.frozen),
             self.path_length, self._inner_transitions(chain), self.rng, self.max_energy_error,

@@ -12,7 +12,7 @@ could no longer tell). A store that already held ``explore_steps`` of exploratio
 the step was made (a kept file of an earlier run) is trusted as it is: a rerun fits at once.
 A store that also held a finished tuning (``EvaluationStore.tuned``, counted when a chain
 ends tuning with a surrogate) lets the rerun tune on the surrogate alone
-(``warm_tuning.py``); a killed run's store does not, as its surrogate had not yet been
+(``surrogate_tuning.py``); a killed run's store does not, as its surrogate had not yet been
 refined by tuning's corrections.
 In the draws nothing is read: each chain's surrogate is frozen, so its kernel, and the
 draws' exactness, do not depend on the other chains.
@@ -103,7 +103,7 @@ class SharedEvaluations:
     def _note_warm_store(self) -> None:
         """What the store held before this step was made: a full exploration (the step
         fits at once), and a run's finished tuning (it tunes on the surrogate alone,
-        ``warm_tuning.py``)."""
+        ``surrogate_tuning.py``)."""
         self._warm_store = bool(self._learns_from_store
                                 and self.store.explored >= self.explore_steps)
         self._tuned_store = self._warm_store and self.store.tuned > 0

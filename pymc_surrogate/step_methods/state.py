@@ -20,7 +20,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "OnlineState", "HealthRecord", "CoverageState", "WarmState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "OnlineState", "HealthRecord", "CoverageState", "CheckState", "SurrogateStepState"]
 
 
 @dataclass
@@ -64,11 +64,12 @@ class ExploreState:
 
 
 @dataclass
-class WarmState:
-    """Tuning on the surrogate alone on a warm store (warm_tuning.py)."""
+class CheckState:
+    """Tuning on the surrogate alone and its checks (surrogate_tuning.py)."""
 
-    acceptances: list = field(default_factory=list)  # expected correction acceptance, per check
-    last_error: float | None = None  # U - U~ at the last check
+    acceptances: list = field(default_factory=list)  # expected correction acceptances
+    last_error: float | None = None  # U - U~ at the last checked state
+    last_good: ChainPoint | None = None  # the last state known inside the support
     left: bool = False  # the checks found the surrogate poor: tuning is exact from then on
 
 
@@ -127,7 +128,7 @@ class ChainState:
     inner_transitions: int = 1  # corrections.py: surrogate transitions a draw (n_inner="auto")
     current: ChainPoint | None = None  # with its true logp, cached
     current_key: bytes | None = None
-    current_approximate: bool = False  # current's potential is the surrogate's (warm_tuning.py)
+    current_approximate: bool = False  # current's potential is the surrogate's (surrogate_tuning.py)
     on_surrogate: bool = False  # this tuning iteration moves on the surrogate alone
     iteration: int = 0
     writer: str | None = None  # the chain's name in the evaluation store (sharing.py)
@@ -141,7 +142,7 @@ class ChainState:
     counts: Counts = field(default_factory=Counts)
     fits: FitSchedule = field(default_factory=FitSchedule)
     explore: ExploreState = field(default_factory=ExploreState)
-    warm: WarmState = field(default_factory=WarmState)
+    checks: CheckState = field(default_factory=CheckState)
     tails: TailState = field(default_factory=TailState)
     health: HealthRecord = field(default_factory=HealthRecord)
     online: OnlineState = field(default_factory=OnlineState)

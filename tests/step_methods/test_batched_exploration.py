@@ -42,6 +42,16 @@ def test_batched_exploration_reaches_its_first_fit_sooner(batched_run):
     assert np.all((evals == 7) | (evals == 8)) and np.mean(evals == 7) > 0.4, evals
 
 
+def test_tuning_after_the_first_fit_evaluates_states_in_batches(batched_run):
+    idata, _ = batched_run
+    # On the surrogate alone (surrogate_tuning.py): no model call but at the checks, every
+    # 20th iteration, the last 4 states at once.
+    evals = idata.warmup_sample_stats["model_evals"].values[:, 45:]
+    checks = (np.arange(45, evals.shape[1] + 45) + 1) % 20 == 0
+    assert np.all(evals[:, checks] == 4), evals[:, checks]
+    assert np.all(evals[:, ~checks] == 0)
+
+
 def test_batched_exploration_recovers_the_posterior(batched_run):
     idata, _ = batched_run
     draws = idata.posterior["x"].values
@@ -49,8 +59,11 @@ def test_batched_exploration_recovers_the_posterior(batched_run):
     assert ess.min() > 400, ess
     mcse = draws.std((0, 1)) / np.sqrt(ess)
     assert np.all(np.abs(draws.mean((0, 1)) - MEAN) < 4.0 * mcse), (draws.mean((0, 1)), mcse)
-    sd = np.sqrt(np.diag(COV))
-    assert np.all(np.abs(draws.std((0, 1)) - sd) < 4.0 * sd / np.sqrt(2 * ess))
+    # the sd's own standard error: HMC's draws are anti-correlated in x (bulk ESS above the
+    # draws) but not in x^2, so sd / sqrt(2 ESS) understated it about twofold
+    mcse_sd = az.mcse(idata, var_names=["x"], method="sd")["x"].values
+    z = (draws.std((0, 1)) - np.sqrt(np.diag(COV))) / mcse_sd
+    assert np.all(np.abs(z) < 4.0), z
 
 
 def test_the_executor_stays_behind_when_the_step_is_pickled():
