@@ -23,13 +23,17 @@ class Tuning:
     explore_max_steps: int = 32
     #: Adapt the exploration mass matrix from PyMC's first window on (same measurement).
     early_mass_update: bool = True
-    #: Start tune with an L-BFGS climb to the mode (gradient models only).
+    #: Start tune with an L-BFGS climb toward the mode (gradient models only), taken back
+    #: to the iterate with the most Laplace mass (exploration.py, ``_where_the_mass_is``).
     start_at_mode: bool = True
-    #: Bound of that climb: a funnel's unbounded density cannot send it far.
+    #: Bound of that climb. It does not keep the climb out of a funnel's neck (centred
+    #: eight schools: log tau 1.61 to -13.55 within it); the mass check does.
     mode_iterations: int = 50
     #: Then at most this many Newton steps with a finite-difference Hessian ...
     newton_steps: int = 3
-    #: ... which costs d + 1 gradient evaluations: skipped above this dimension.
+    #: ... which costs d + 1 gradient evaluations, as does each Hessian of the mass check
+    #: (one when the climb's end stands): both skipped above this dimension, where the
+    #: climb's end is kept unchecked.
     max_hessian_dim: int = 200
     #: Share of ``explore_steps`` every chain explores from its own start before it fits on
     #: the chains' pooled evaluations (sharing.py): a quarter, what each of PyMC's default
