@@ -84,7 +84,9 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         2000) whose ``explore_tries`` proposals, then ``explore_tries - 1`` reference
         points, are evaluated at once; exact, and ``explore_steps`` counts its model calls,
         so the first fit comes ``(2 explore_tries - 1) / 2`` times sooner in wall-clock.
-        Workers compile the whole model: the step must sample all of it. The executor
+        After it, tuning moves on the surrogate alone and evaluates the chain's last
+        ``explore_tries`` states at once every 20 iterations (exact tuning where those
+        checks find the surrogate poor). Workers compile the whole model: the step must sample all of it. The executor
         stays in this process: with ``cores > 1`` the chains explore one call at a time
         (and say so).
     explore_tries : int

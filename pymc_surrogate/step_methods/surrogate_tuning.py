@@ -121,7 +121,7 @@ class SurrogateTuning:
             self._tune_exactly(chain, f"is poor where a chain went (mean expected correction "
                                       f"acceptance {np.mean(recent):.2f} over its last "
                                       f"{len(recent)} checked states)")
-        elif self._fit_due(chain):
+        elif chain.fits.accept_since and self._fit_due(chain):
             if np.mean(chain.fits.accept_since) < self.tuning.good_acceptance:
                 self._refit(chain)
                 chain.checks.last_error = None  # another surrogate: errors start again
