@@ -315,13 +315,18 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         if exploring and not self.has_gradient:
             chain.explore_adapt.update(info.adapt_stat, True)
             chain.explore.adapted += 1
-        elif not (exploring and chain.surrogate is not None):
-            # the step size of surrogate trajectories learns from surrogate steps only
+        elif exploring:
+            # Exact HMC adapts its own kernel, before the first fit and in the fallback after
+            # it, never the surrogate's (SparseGridHMC's, there from the start): the
+            # surrogate trajectories' step size learns from their steps only.
+            if chain.surrogate is None or chain.exact_metric is not None:
+                metric, step_adapt = self._exact_kernel(chain)
+                step_adapt.update(info.adapt_stat, True)
+                metric.update(info.point.q, info.point.grad, True)
+        else:
             chain.step_adapt.update(info.adapt_stat, True)
         if not exploring and chain.path_adapt is not None:
             chain.path_adapt.update(info.accept_prob, True)
-        if chain.surrogate is None and self.has_gradient:
-            chain.metric.update(info.point.q, info.point.grad, True)
         chain.positions.append(info.point.q)
         chain.position_potentials.append(info.point.potential)
         self._after_tune_iteration(chain, info)

@@ -70,11 +70,12 @@ class Exploration:
                 current = self._evaluate(chain, current.q, with_grad=True)
             if chain.iteration == 0 and self.tune and self.tuning.start_at_mode:
                 current = self._climb_to_mode(chain, current)
+            metric, step_adapt = self._exact_kernel(chain)
             return exact_hmc_transition(
                 current,
                 lambda q: self._evaluate(chain, q, with_grad=True),
-                chain.metric,
-                chain.step_adapt.current(self.tune and not chain.frozen),
+                metric,
+                step_adapt.current(self.tune and not chain.frozen),
                 min(self.path_length, self.tuning.explore_path_length),
                 self.max_energy_error,
                 self.rng,
@@ -106,6 +107,26 @@ class Exploration:
             current, lambda q: self._evaluate(chain, q, with_grad=False), history, scale,
             self.rng, isotropic_share=isotropic_share,
         )
+
+    def _exact_kernel(self, chain: ChainState):
+        """Exact HMC's mass matrix and step-size adaptation: the chain's own before the
+        first fit, then the ones exploration had adapted, which the fallback goes on with.
+
+        The fallback once ran on the surrogate's: after a first fit in a funnel's neck
+        (centred eight schools) the surrogate trajectories' step size fell to 1e-7 - 1e-9
+        by dual averaging on their rejections, and its metric was the chain's late
+        tuning states; exact HMC at that step size accepted every move (energy error
+        1e-13) without moving, its states shrank the next fit's metric, and all four
+        chains kept one value of tau from tuning iteration 100 to the last draw.
+
+        Returns
+        -------
+        metric : QuadPotential
+        step_adapt : DualAverageAdaptation
+        """
+        if chain.exact_metric is None:
+            return chain.metric, chain.step_adapt
+        return chain.exact_metric, chain.exact_step_adapt
 
     @property
     def _batched_exploration(self) -> bool:

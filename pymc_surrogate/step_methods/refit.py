@@ -208,6 +208,8 @@ class Refits:
         chain.fits.last_error = None
         if first:
             chain.fits.first_iteration = chain.iteration
+            if chain.exact_metric is None:  # exploration's kernel, kept for the fallback
+                chain.exact_metric, chain.exact_step_adapt = kept[2], kept[3]
         chain.fits.last_iteration = chain.iteration + 1
         chain.fits.accept_since = []
         chain.explore.recent_moves.clear()
