@@ -32,7 +32,12 @@ import numpy as np
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.metropolis import metropolis_accept
 from pymc_surrogate.core.transitions import correct_surrogate_move
-from pymc_surrogate.surrogates.third_derivatives import diagonal_derivative, pull_back, rotate
+from pymc_surrogate.surrogates.third_derivatives import (
+    RankOneCubes,
+    diagonal_derivative,
+    pull_back,
+    rotate,
+)
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = [
@@ -63,6 +68,11 @@ def softabs(lam: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     x = alpha * np.asarray(lam, dtype=np.float64)
     ax = np.abs(x)
     small = ax < _SERIES_BELOW
+    if not small.any():  # the usual case: the same arithmetic without the series' branch
+        e = np.exp(-2.0 * ax)
+        coth = (1.0 + e) / (1.0 - e)
+        inv_sinh2 = 4.0 * e / (1.0 - e) ** 2
+        return ax * coth / alpha, np.sign(x) * (coth - ax * inv_sinh2)
     safe = np.where(small, 1.0, ax)
     # coth|x| and 1 / sinh^2|x| through e^{-2|x|}, which cannot overflow.
     e = np.exp(-2.0 * safe)
@@ -80,12 +90,40 @@ def framed(field: Field3, frame: Whitening) -> Field3:
     index contracted with ``L`` (``third_derivatives.pull_back``, structure kept).
     """
     chol = frame.chol if frame.dense else np.diag(frame.chol)
+    cache = _PulledBack(chol)
 
     def in_frame(z: np.ndarray):
         value, grad, hessian, third = field(frame.from_white(z))
-        return value, chol.T @ grad, chol.T @ hessian @ chol, pull_back(third, chol)
+        return value, chol.T @ grad, chol.T @ hessian @ chol, cache(third)
 
     return in_frame
+
+
+class _PulledBack:
+    """``pull_back(third, chol)``, with the pulled-back vectors of each ``RankOneCubes``
+    kept for the next call while the part's ``vectors`` is the same array.
+
+    A random network's cubes have the same vectors (its hidden weights) at every position
+    and only their coefficients change, so ``vectors @ chol``, an ``O(s d^2)`` product,
+    is the same each time; reusing it changes nothing (the same product of the same
+    arrays). The cache holds its source arrays, so their ids cannot be reused.
+    """
+
+    def __init__(self, chol: np.ndarray, size: int = 4) -> None:
+        self.chol, self.size, self.kept = chol, size, []  # [(vectors, vectors @ chol)]
+
+    def __call__(self, third) -> list:
+        parts = third if isinstance(third, list | tuple) else [third]
+        return [self._cubes(part) if isinstance(part, RankOneCubes) else
+                pull_back([part], self.chol)[0] for part in parts]
+
+    def _cubes(self, part: RankOneCubes) -> RankOneCubes:
+        for vectors, pulled in self.kept:
+            if vectors is part.vectors:
+                return part._replace(vectors=pulled)
+        pulled = part.pulled_back(self.chol).vectors
+        self.kept = [(part.vectors, pulled), *self.kept[: self.size - 1]]
+        return part._replace(vectors=pulled)
 
 
 def diagonal_field(field: Field3) -> Field3:
@@ -142,15 +180,26 @@ def geometry(q: np.ndarray, field: Field3, alpha: float) -> Geometry:
     else:
         lam, vecs = np.linalg.eigh(0.5 * (hessian + hessian.T))
         f, df = softabs(lam, alpha)
-        gap = lam[:, None] - lam[None, :]
-        close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            divided = np.where(close, 0.5 * (df[:, None] + df[None, :]),
-                               (f[:, None] - f[None, :]) / np.where(close, 1.0, gap))
+        divided = _divided_differences(lam, f, df)
     parts = rotate(third, vecs)
-    trace = sum((part.trace(df / f) for part in parts), np.zeros_like(lam))
-    return Geometry(np.asarray(q, dtype=np.float64), float(potential), np.asarray(grad),
-                    vecs, f, divided, parts, np.asarray(grad) + 0.5 * trace)
+    ratio = df / f
+    trace = np.zeros_like(lam)
+    for part in parts:
+        trace = trace + part.trace(ratio)
+    grad = np.asarray(grad)
+    return Geometry(np.asarray(q, dtype=np.float64), float(potential), grad,
+                    vecs, f, divided, parts, grad + 0.5 * trace)
+
+
+def _divided_differences(lam: np.ndarray, f: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """``J[k, l] = (f_k - f_l) / (lam_k - lam_l)``, ``(f'_k + f'_l) / 2`` where the
+    eigenvalues are equal to ``1e-10`` (relative), the diagonal among them."""
+    gap = lam[:, None] - lam[None, :]
+    close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
+    np.copyto(gap, 1.0, where=close)
+    divided = (f[:, None] - f[None, :]) / gap
+    np.copyto(divided, 0.5 * (df[:, None] + df[None, :]), where=close)
+    return divided
 
 
 def _whitened(geom: Geometry, p: np.ndarray) -> np.ndarray:
@@ -171,7 +220,11 @@ def _grad_kinetic_quadratic(geom: Geometry, p: np.ndarray) -> np.ndarray:
 def _rows(geom: Geometry, u: np.ndarray) -> np.ndarray:
     """``W[i] = (J o M_i) u``: ``u^T W[i]`` is ``2 d/dq_i`` of the kinetic term's
     negative, and ``W`` is in both implicit half-steps' Newton Jacobians."""
-    return sum((part.rows(geom.divided, u) for part in geom.third), np.zeros((u.size, u.size)))
+    rows = None
+    for part in geom.third:
+        term = part.rows(geom.divided, u)
+        rows = term if rows is None else rows + term
+    return np.zeros((u.size, u.size)) if rows is None else rows
 
 
 def _grad_q(geom: Geometry, p: np.ndarray) -> np.ndarray:
@@ -256,18 +309,19 @@ def _newton(x: np.ndarray, system, tol: float, max_iter: int) -> tuple[np.ndarra
     """Solve ``residual(x) = 0`` by Newton's method; ``system(x)`` gives ``(residual,
     jacobian)``, or None where it cannot be evaluated. Converged when the last update's
     max-norm, relative to the iterate's scale, is below ``tol``."""
+    solve, isfinite, absolute = np.linalg.solve, np.isfinite, np.abs
     for iteration in range(1, max_iter + 1):
         equation = system(x)
         if equation is None:
             return x, iteration, False
         try:
-            update = np.linalg.solve(equation[1], equation[0])
+            update = solve(equation[1], equation[0])
         except np.linalg.LinAlgError:
             return x, iteration, False
         x = x - update
-        if not np.all(np.isfinite(x)):
+        if not isfinite(x).all():
             return x, iteration, False
-        if np.max(np.abs(update)) / (1.0 + np.max(np.abs(x))) < tol:
+        if absolute(update).max() / (1.0 + absolute(x).max()) < tol:
             return x, iteration, True
     return x, max_iter, False
 
