@@ -24,6 +24,7 @@ it costs no model evaluation (rns-hmc §3.4, RNS-RMHMC).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -163,7 +164,7 @@ class Geometry(NamedTuple):
 
     @property
     def finite(self) -> bool:
-        return bool(np.isfinite(self.potential) and np.all(np.isfinite(self.grad_phi)))
+        return bool(math.isfinite(self.potential) and np.isfinite(self.grad_phi).all())
 
 
 def geometry(q: np.ndarray, field: Field3, alpha: float) -> Geometry:
@@ -195,7 +196,15 @@ def _divided_differences(lam: np.ndarray, f: np.ndarray, df: np.ndarray) -> np.n
     """``J[k, l] = (f_k - f_l) / (lam_k - lam_l)``, ``(f'_k + f'_l) / 2`` where the
     eigenvalues are equal to ``1e-10`` (relative), the diagonal among them."""
     gap = lam[:, None] - lam[None, :]
-    close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
+    scale = np.abs(lam)
+    if lam.size > 1 and (np.diff(lam) > 1e-10 * max(1.0, scale.max())).all():
+        # eigh's eigenvalues ascend: no adjacent pair close, so only the diagonal is
+        diagonal = np.diag_indices(lam.size)
+        gap[diagonal] = 1.0
+        divided = (f[:, None] - f[None, :]) / gap
+        divided[diagonal] = 0.5 * (df + df)
+        return divided
+    close = np.abs(gap) <= 1e-10 * np.maximum(1.0, scale[:, None])
     np.copyto(gap, 1.0, where=close)
     divided = (f[:, None] - f[None, :]) / gap
     np.copyto(divided, 0.5 * (df[:, None] + df[None, :]), where=close)
@@ -214,7 +223,11 @@ def _velocity(geom: Geometry, p: np.ndarray) -> np.ndarray:
 def _grad_kinetic_quadratic(geom: Geometry, p: np.ndarray) -> np.ndarray:
     """``d/dq_i (1/2 p^T G^-1 p) = -1/2 u^T (J o M_i) u``."""
     u = _whitened(geom, p)
-    return -0.5 * (_rows(geom, u) @ u)
+    kinetic = None
+    for part in geom.third:
+        term = part.kinetic(geom.divided, u)
+        kinetic = term if kinetic is None else kinetic + term
+    return -0.5 * (np.zeros(u.size) if kinetic is None else kinetic)
 
 
 def _rows(geom: Geometry, u: np.ndarray) -> np.ndarray:
@@ -251,19 +264,23 @@ class LeapfrogStep(NamedTuple):
 
 
 def leapfrog_step(geom: Geometry, p: np.ndarray, step_size: float, field: Field3,
-                  alpha: float, tol: float = 1e-8, max_iter: int = 50) -> LeapfrogStep:
+                  alpha: float, tol: float = 1e-8, max_iter: int = 50,
+                  final_momentum: bool = True) -> LeapfrogStep:
     """One generalised leapfrog step (Girolami & Calderhead 2011, eq. 16-18).
 
     ``p_half = p - eps/2 dH/dq(q, p_half)`` and ``q' = q + eps/2 (G(q)^-1 +
     G(q')^-1) p_half``, each solved by Newton's method to ``tol`` (the last update's
     max-norm, relative to the iterate's scale), then ``p' = p_half - eps/2 dH/dq(q',
-    p_half)``.
+    p_half)``. Without ``final_momentum`` the last half-step is left out and ``p`` is
+    ``p_half`` (for a caller that needs only where the step ends).
     """
     with np.errstate(over="ignore", invalid="ignore"):  # a blow-up is a non-convergence
-        return _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter)
+        return _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter,
+                              final_momentum)
 
 
-def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogStep:
+def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter,
+                   final_momentum=True) -> LeapfrogStep:
     """The two implicit half-steps by Newton's method from the explicit guesses.
 
     Plain fixed-point iteration failed on a fitted network's curvature: the p-equation's
@@ -274,12 +291,13 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogS
     """
     half = 0.5 * step_size
     eye = np.eye(p.size)
-    q_d = geom.eigvecs / geom.metric_eigvals  # Q D, D = diag(1 / f)
+    eigvecs, metric_eigvals, grad_phi = geom.eigvecs, geom.metric_eigvals, geom.grad_phi
+    q_d = eigvecs / metric_eigvals  # Q D, D = diag(1 / f)
 
     def momentum_equation(p_half):
-        u = _whitened(geom, p_half)
+        u = (eigvecs.T @ p_half) / metric_eigvals
         rows = _rows(geom, u)
-        return (p_half - p + half * (geom.grad_phi - 0.5 * rows @ u),
+        return (p_half - p + half * (grad_phi - 0.5 * rows @ u),
                 eye - half * rows @ q_d.T)
 
     p_half, iterations, converged = _newton(p - half * _grad_q(geom, p), momentum_equation,
@@ -292,7 +310,7 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogS
         end = geometry(q_new, field, alpha)
         if not end.finite:
             return None
-        u = _whitened(end, p_half)
+        u = (end.eigvecs.T @ p_half) / end.metric_eigvals
         return (q_new - geom.q - half * (start_velocity + end.eigvecs @ u),
                 eye + half * (end.eigvecs / end.metric_eigvals) @ _rows(end, u).T)
 
@@ -302,6 +320,8 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogS
     end = geometry(q_new, field, alpha) if converged else geom
     if not (converged and end.finite):
         return LeapfrogStep(geom, p_half, iterations, False)
+    if not final_momentum:
+        return LeapfrogStep(end, p_half, iterations, True)
     return LeapfrogStep(end, p_half - half * _grad_q(end, p_half), iterations, True)
 
 
@@ -366,8 +386,9 @@ def riemannian_move(start: Geometry, field: Field3, alpha: float, step_size: flo
     if not np.isfinite(error) or error > max_energy_error:
         return _diverged(start, n_steps, iterations, implicit=False, error=error)
     back, p_back = geom, -p
-    for _ in range(n_steps):
-        result = leapfrog_step(back, p_back, step_size, field, alpha, tol, max_iter)
+    for back_step in range(n_steps):  # where it ends is all the check needs of the last
+        result = leapfrog_step(back, p_back, step_size, field, alpha, tol, max_iter,
+                               final_momentum=back_step < n_steps - 1)
         back, p_back = result.geom, result.p
         if not result.converged:
             break
