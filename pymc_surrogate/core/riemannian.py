@@ -66,14 +66,17 @@ _SERIES_BELOW = 1e-4
 
 def softabs(lam: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """``f(lam) = lam coth(alpha lam)`` and ``f'(lam)``, elementwise and overflow-free."""
-    x = alpha * np.asarray(lam, dtype=np.float64)
+    lam = np.asarray(lam, dtype=np.float64)
+    x = lam if alpha == 1.0 else alpha * lam  # (1 * lam and y / 1 are exact)
     ax = np.abs(x)
-    small = ax < _SERIES_BELOW
-    if not small.any():  # the usual case: the same arithmetic without the series' branch
+    if ax.size and ax.min() >= _SERIES_BELOW:  # the usual case: no series branch
         e = np.exp(-2.0 * ax)
-        coth = (1.0 + e) / (1.0 - e)
-        inv_sinh2 = 4.0 * e / (1.0 - e) ** 2
-        return ax * coth / alpha, np.sign(x) * (coth - ax * inv_sinh2)
+        one_minus = 1.0 - e
+        coth = (1.0 + e) / one_minus
+        inv_sinh2 = 4.0 * e / one_minus**2
+        f = ax * coth
+        return (f if alpha == 1.0 else f / alpha), np.sign(x) * (coth - ax * inv_sinh2)
+    small = ax < _SERIES_BELOW
     safe = np.where(small, 1.0, ax)
     # coth|x| and 1 / sinh^2|x| through e^{-2|x|}, which cannot overflow.
     e = np.exp(-2.0 * safe)
@@ -195,16 +198,17 @@ def geometry(q: np.ndarray, field: Field3, alpha: float) -> Geometry:
 def _divided_differences(lam: np.ndarray, f: np.ndarray, df: np.ndarray) -> np.ndarray:
     """``J[k, l] = (f_k - f_l) / (lam_k - lam_l)``, ``(f'_k + f'_l) / 2`` where the
     eigenvalues are equal to ``1e-10`` (relative), the diagonal among them."""
-    gap = lam[:, None] - lam[None, :]
-    scale = np.abs(lam)
-    if lam.size > 1 and (np.diff(lam) > 1e-10 * max(1.0, scale.max())).all():
+    gap = np.subtract.outer(lam, lam)
+    n = lam.size
+    if n > 1 and (lam[1:] - lam[:-1]).min() > 1e-10 * max(1.0, -lam[0], lam[-1]):
         # eigh's eigenvalues ascend: no adjacent pair close, so only the diagonal is
-        diagonal = np.diag_indices(lam.size)
-        gap[diagonal] = 1.0
-        divided = (f[:, None] - f[None, :]) / gap
-        divided[diagonal] = 0.5 * (df + df)
+        # (a NaN fails the test). (f'_k + f'_k) / 2 = f'_k exactly.
+        gap.flat[:: n + 1] = 1.0
+        divided = np.subtract.outer(f, f)
+        divided /= gap
+        divided.flat[:: n + 1] = df
         return divided
-    close = np.abs(gap) <= 1e-10 * np.maximum(1.0, scale[:, None])
+    close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
     np.copyto(gap, 1.0, where=close)
     divided = (f[:, None] - f[None, :]) / gap
     np.copyto(divided, 0.5 * (df[:, None] + df[None, :]), where=close)
@@ -291,14 +295,15 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter,
     """
     half = 0.5 * step_size
     eye = np.eye(p.size)
-    eigvecs, metric_eigvals, grad_phi = geom.eigvecs, geom.metric_eigvals, geom.grad_phi
-    q_d = eigvecs / metric_eigvals  # Q D, D = diag(1 / f)
+    eigvecs, metric_eigvals = geom.eigvecs, geom.metric_eigvals
+    # residual p_half - p + eps/2 (grad_phi - 1/2 W u), Jacobian I - eps/2 W D Q^T
+    shift = p - half * geom.grad_phi
+    half_q_d = (half * eigvecs / metric_eigvals).T  # eps/2 (Q D)^T, D = diag(1 / f)
 
     def momentum_equation(p_half):
         u = (eigvecs.T @ p_half) / metric_eigvals
         rows = _rows(geom, u)
-        return (p_half - p + half * (grad_phi - 0.5 * rows @ u),
-                eye - half * rows @ q_d.T)
+        return p_half - shift - (0.5 * half) * (rows @ u), eye - rows @ half_q_d
 
     p_half, iterations, converged = _newton(p - half * _grad_q(geom, p), momentum_equation,
                                             tol, max_iter)
@@ -306,13 +311,16 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter,
         return LeapfrogStep(geom, p_half, iterations, False)
     start_velocity = _velocity(geom, p_half)
 
+    # residual q' - q - eps/2 (v + Q' u'), Jacobian I + eps/2 Q' D' W'^T
+    start = geom.q + half * start_velocity
+
     def position_equation(q_new):
         end = geometry(q_new, field, alpha)
         if not end.finite:
             return None
-        u = (end.eigvecs.T @ p_half) / end.metric_eigvals
-        return (q_new - geom.q - half * (start_velocity + end.eigvecs @ u),
-                eye + half * (end.eigvecs / end.metric_eigvals) @ _rows(end, u).T)
+        vecs, f = end.eigvecs, end.metric_eigvals
+        u = (vecs.T @ p_half) / f
+        return q_new - start - half * (vecs @ u), eye + (half * vecs / f) @ _rows(end, u).T
 
     q_new, more, converged = _newton(geom.q + step_size * start_velocity, position_equation,
                                      tol, max_iter)
