@@ -3,10 +3,11 @@ eigenbasis of a metric (``core/riemannian.py``).
 
 A ridge function ``a g(w . q + b)`` has as third derivative ``a g3(z) w (x) w (x) w``
 (``g3`` the third derivative of ``g``), a rank-one cube; a radial function adds a
-symmetrised outer product with its frame's metric. Riemannian HMC needs two contractions
+symmetrised outer product with its frame's metric. Riemannian HMC needs three contractions
 of ``M_i = Q^T (dH/dq_i) Q``, its trace weighted by a vector and the rows ``(J o M_i) u``
-(for ``u^T (J o M_i) u`` and the implicit steps' Newton Jacobians), which these parts give in ``O(s d^2)`` for ``s`` terms where a dense ``(d, d, d)`` tensor
-costs ``O(d^4)``.
+(for the implicit steps' Newton Jacobians) and ``u^T (J o M_i) u`` (``kinetic``, the kinetic
+gradient, without forming the rows where that is cheaper), which these parts give in
+``O(s d^2)`` for ``s`` terms where a dense ``(d, d, d)`` tensor costs ``O(d^4)``.
 """
 
 from __future__ import annotations
