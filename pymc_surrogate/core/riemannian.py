@@ -208,10 +208,11 @@ def _divided_differences(lam: np.ndarray, f: np.ndarray, df: np.ndarray) -> np.n
         divided /= gap
         divided.flat[:: n + 1] = df
         return divided
-    close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
-    np.copyto(gap, 1.0, where=close)
-    divided = (f[:, None] - f[None, :]) / gap
-    np.copyto(divided, 0.5 * (df[:, None] + df[None, :]), where=close)
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a non-finite eigenvalue)
+        close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
+        np.copyto(gap, 1.0, where=close)
+        divided = (f[:, None] - f[None, :]) / gap
+        np.copyto(divided, 0.5 * (df[:, None] + df[None, :]), where=close)
     return divided
 
 
