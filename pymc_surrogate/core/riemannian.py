@@ -24,6 +24,7 @@ it costs no model evaluation (rns-hmc §3.4, RNS-RMHMC).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -32,7 +33,12 @@ import numpy as np
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.metropolis import metropolis_accept
 from pymc_surrogate.core.transitions import correct_surrogate_move
-from pymc_surrogate.surrogates.third_derivatives import diagonal_derivative, pull_back, rotate
+from pymc_surrogate.surrogates.third_derivatives import (
+    RankOneCubes,
+    diagonal_derivative,
+    pull_back,
+    rotate,
+)
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = [
@@ -60,8 +66,16 @@ _SERIES_BELOW = 1e-4
 
 def softabs(lam: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """``f(lam) = lam coth(alpha lam)`` and ``f'(lam)``, elementwise and overflow-free."""
-    x = alpha * np.asarray(lam, dtype=np.float64)
+    lam = np.asarray(lam, dtype=np.float64)
+    x = lam if alpha == 1.0 else alpha * lam  # (1 * lam and y / 1 are exact)
     ax = np.abs(x)
+    if ax.size and ax.min() >= _SERIES_BELOW:  # the usual case: no series branch
+        e = np.exp(-2.0 * ax)
+        one_minus = 1.0 - e
+        coth = (1.0 + e) / one_minus
+        inv_sinh2 = 4.0 * e / one_minus**2
+        f = ax * coth
+        return (f if alpha == 1.0 else f / alpha), np.sign(x) * (coth - ax * inv_sinh2)
     small = ax < _SERIES_BELOW
     safe = np.where(small, 1.0, ax)
     # coth|x| and 1 / sinh^2|x| through e^{-2|x|}, which cannot overflow.
@@ -80,12 +94,40 @@ def framed(field: Field3, frame: Whitening) -> Field3:
     index contracted with ``L`` (``third_derivatives.pull_back``, structure kept).
     """
     chol = frame.chol if frame.dense else np.diag(frame.chol)
+    cache = _PulledBack(chol)
 
     def in_frame(z: np.ndarray):
         value, grad, hessian, third = field(frame.from_white(z))
-        return value, chol.T @ grad, chol.T @ hessian @ chol, pull_back(third, chol)
+        return value, chol.T @ grad, chol.T @ hessian @ chol, cache(third)
 
     return in_frame
+
+
+class _PulledBack:
+    """``pull_back(third, chol)``, with the pulled-back vectors of each ``RankOneCubes``
+    kept for the next call while the part's ``vectors`` is the same array.
+
+    A random network's cubes have the same vectors (its hidden weights) at every position
+    and only their coefficients change, so ``vectors @ chol``, an ``O(s d^2)`` product,
+    is the same each time; reusing it changes nothing (the same product of the same
+    arrays). The cache holds its source arrays, so their ids cannot be reused.
+    """
+
+    def __init__(self, chol: np.ndarray, size: int = 4) -> None:
+        self.chol, self.size, self.kept = chol, size, []  # [(vectors, vectors @ chol)]
+
+    def __call__(self, third) -> list:
+        parts = third if isinstance(third, list | tuple) else [third]
+        return [self._cubes(part) if isinstance(part, RankOneCubes) else
+                pull_back([part], self.chol)[0] for part in parts]
+
+    def _cubes(self, part: RankOneCubes) -> RankOneCubes:
+        for vectors, pulled in self.kept:
+            if vectors is part.vectors:
+                return part._replace(vectors=pulled)
+        pulled = part.pulled_back(self.chol).vectors
+        self.kept = [(part.vectors, pulled), *self.kept[: self.size - 1]]
+        return part._replace(vectors=pulled)
 
 
 def diagonal_field(field: Field3) -> Field3:
@@ -125,7 +167,7 @@ class Geometry(NamedTuple):
 
     @property
     def finite(self) -> bool:
-        return bool(np.isfinite(self.potential) and np.all(np.isfinite(self.grad_phi)))
+        return bool(math.isfinite(self.potential) and np.isfinite(self.grad_phi).all())
 
 
 def geometry(q: np.ndarray, field: Field3, alpha: float) -> Geometry:
@@ -142,15 +184,36 @@ def geometry(q: np.ndarray, field: Field3, alpha: float) -> Geometry:
     else:
         lam, vecs = np.linalg.eigh(0.5 * (hessian + hessian.T))
         f, df = softabs(lam, alpha)
-        gap = lam[:, None] - lam[None, :]
-        close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            divided = np.where(close, 0.5 * (df[:, None] + df[None, :]),
-                               (f[:, None] - f[None, :]) / np.where(close, 1.0, gap))
+        divided = _divided_differences(lam, f, df)
     parts = rotate(third, vecs)
-    trace = sum((part.trace(df / f) for part in parts), np.zeros_like(lam))
-    return Geometry(np.asarray(q, dtype=np.float64), float(potential), np.asarray(grad),
-                    vecs, f, divided, parts, np.asarray(grad) + 0.5 * trace)
+    ratio = df / f
+    trace = np.zeros_like(lam)
+    for part in parts:
+        trace = trace + part.trace(ratio)
+    grad = np.asarray(grad)
+    return Geometry(np.asarray(q, dtype=np.float64), float(potential), grad,
+                    vecs, f, divided, parts, grad + 0.5 * trace)
+
+
+def _divided_differences(lam: np.ndarray, f: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """``J[k, l] = (f_k - f_l) / (lam_k - lam_l)``, ``(f'_k + f'_l) / 2`` where the
+    eigenvalues are equal to ``1e-10`` (relative), the diagonal among them."""
+    gap = np.subtract.outer(lam, lam)
+    n = lam.size
+    if n > 1 and (lam[1:] - lam[:-1]).min() > 1e-10 * max(1.0, -lam[0], lam[-1]):
+        # eigh's eigenvalues ascend: no adjacent pair close, so only the diagonal is
+        # (a NaN fails the test). (f'_k + f'_k) / 2 = f'_k exactly.
+        gap.flat[:: n + 1] = 1.0
+        divided = np.subtract.outer(f, f)
+        divided /= gap
+        divided.flat[:: n + 1] = df
+        return divided
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a non-finite eigenvalue)
+        close = np.abs(gap) <= 1e-10 * np.maximum(1.0, np.abs(lam)[:, None])
+        np.copyto(gap, 1.0, where=close)
+        divided = (f[:, None] - f[None, :]) / gap
+        np.copyto(divided, 0.5 * (df[:, None] + df[None, :]), where=close)
+    return divided
 
 
 def _whitened(geom: Geometry, p: np.ndarray) -> np.ndarray:
@@ -165,13 +228,21 @@ def _velocity(geom: Geometry, p: np.ndarray) -> np.ndarray:
 def _grad_kinetic_quadratic(geom: Geometry, p: np.ndarray) -> np.ndarray:
     """``d/dq_i (1/2 p^T G^-1 p) = -1/2 u^T (J o M_i) u``."""
     u = _whitened(geom, p)
-    return -0.5 * (_rows(geom, u) @ u)
+    kinetic = None
+    for part in geom.third:
+        term = part.kinetic(geom.divided, u)
+        kinetic = term if kinetic is None else kinetic + term
+    return -0.5 * (np.zeros(u.size) if kinetic is None else kinetic)
 
 
 def _rows(geom: Geometry, u: np.ndarray) -> np.ndarray:
     """``W[i] = (J o M_i) u``: ``u^T W[i]`` is ``2 d/dq_i`` of the kinetic term's
     negative, and ``W`` is in both implicit half-steps' Newton Jacobians."""
-    return sum((part.rows(geom.divided, u) for part in geom.third), np.zeros((u.size, u.size)))
+    rows = None
+    for part in geom.third:
+        term = part.rows(geom.divided, u)
+        rows = term if rows is None else rows + term
+    return np.zeros((u.size, u.size)) if rows is None else rows
 
 
 def _grad_q(geom: Geometry, p: np.ndarray) -> np.ndarray:
@@ -198,19 +269,23 @@ class LeapfrogStep(NamedTuple):
 
 
 def leapfrog_step(geom: Geometry, p: np.ndarray, step_size: float, field: Field3,
-                  alpha: float, tol: float = 1e-8, max_iter: int = 50) -> LeapfrogStep:
+                  alpha: float, tol: float = 1e-8, max_iter: int = 50,
+                  final_momentum: bool = True) -> LeapfrogStep:
     """One generalised leapfrog step (Girolami & Calderhead 2011, eq. 16-18).
 
     ``p_half = p - eps/2 dH/dq(q, p_half)`` and ``q' = q + eps/2 (G(q)^-1 +
     G(q')^-1) p_half``, each solved by Newton's method to ``tol`` (the last update's
     max-norm, relative to the iterate's scale), then ``p' = p_half - eps/2 dH/dq(q',
-    p_half)``.
+    p_half)``. Without ``final_momentum`` the last half-step is left out and ``p`` is
+    ``p_half`` (for a caller that needs only where the step ends).
     """
     with np.errstate(over="ignore", invalid="ignore"):  # a blow-up is a non-convergence
-        return _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter)
+        return _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter,
+                              final_momentum)
 
 
-def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogStep:
+def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter,
+                   final_momentum=True) -> LeapfrogStep:
     """The two implicit half-steps by Newton's method from the explicit guesses.
 
     Plain fixed-point iteration failed on a fitted network's curvature: the p-equation's
@@ -221,13 +296,15 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogS
     """
     half = 0.5 * step_size
     eye = np.eye(p.size)
-    q_d = geom.eigvecs / geom.metric_eigvals  # Q D, D = diag(1 / f)
+    eigvecs, metric_eigvals = geom.eigvecs, geom.metric_eigvals
+    # residual p_half - p + eps/2 (grad_phi - 1/2 W u), Jacobian I - eps/2 W D Q^T
+    shift = p - half * geom.grad_phi
+    half_q_d = (half * eigvecs / metric_eigvals).T  # eps/2 (Q D)^T, D = diag(1 / f)
 
     def momentum_equation(p_half):
-        u = _whitened(geom, p_half)
+        u = (eigvecs.T @ p_half) / metric_eigvals
         rows = _rows(geom, u)
-        return (p_half - p + half * (geom.grad_phi - 0.5 * rows @ u),
-                eye - half * rows @ q_d.T)
+        return p_half - shift - (0.5 * half) * (rows @ u), eye - rows @ half_q_d
 
     p_half, iterations, converged = _newton(p - half * _grad_q(geom, p), momentum_equation,
                                             tol, max_iter)
@@ -235,13 +312,16 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogS
         return LeapfrogStep(geom, p_half, iterations, False)
     start_velocity = _velocity(geom, p_half)
 
+    # residual q' - q - eps/2 (v + Q' u'), Jacobian I + eps/2 Q' D' W'^T
+    start = geom.q + half * start_velocity
+
     def position_equation(q_new):
         end = geometry(q_new, field, alpha)
         if not end.finite:
             return None
-        u = _whitened(end, p_half)
-        return (q_new - geom.q - half * (start_velocity + end.eigvecs @ u),
-                eye + half * (end.eigvecs / end.metric_eigvals) @ _rows(end, u).T)
+        vecs, f = end.eigvecs, end.metric_eigvals
+        u = (vecs.T @ p_half) / f
+        return q_new - start - half * (vecs @ u), eye + (half * vecs / f) @ _rows(end, u).T
 
     q_new, more, converged = _newton(geom.q + step_size * start_velocity, position_equation,
                                      tol, max_iter)
@@ -249,6 +329,8 @@ def _leapfrog_step(geom, p, step_size, field, alpha, tol, max_iter) -> LeapfrogS
     end = geometry(q_new, field, alpha) if converged else geom
     if not (converged and end.finite):
         return LeapfrogStep(geom, p_half, iterations, False)
+    if not final_momentum:
+        return LeapfrogStep(end, p_half, iterations, True)
     return LeapfrogStep(end, p_half - half * _grad_q(end, p_half), iterations, True)
 
 
@@ -256,18 +338,19 @@ def _newton(x: np.ndarray, system, tol: float, max_iter: int) -> tuple[np.ndarra
     """Solve ``residual(x) = 0`` by Newton's method; ``system(x)`` gives ``(residual,
     jacobian)``, or None where it cannot be evaluated. Converged when the last update's
     max-norm, relative to the iterate's scale, is below ``tol``."""
+    solve, isfinite, absolute = np.linalg.solve, np.isfinite, np.abs
     for iteration in range(1, max_iter + 1):
         equation = system(x)
         if equation is None:
             return x, iteration, False
         try:
-            update = np.linalg.solve(equation[1], equation[0])
+            update = solve(equation[1], equation[0])
         except np.linalg.LinAlgError:
             return x, iteration, False
         x = x - update
-        if not np.all(np.isfinite(x)):
+        if not isfinite(x).all():
             return x, iteration, False
-        if np.max(np.abs(update)) / (1.0 + np.max(np.abs(x))) < tol:
+        if absolute(update).max() / (1.0 + absolute(x).max()) < tol:
             return x, iteration, True
     return x, max_iter, False
 
@@ -312,8 +395,9 @@ def riemannian_move(start: Geometry, field: Field3, alpha: float, step_size: flo
     if not np.isfinite(error) or error > max_energy_error:
         return _diverged(start, n_steps, iterations, implicit=False, error=error)
     back, p_back = geom, -p
-    for _ in range(n_steps):
-        result = leapfrog_step(back, p_back, step_size, field, alpha, tol, max_iter)
+    for back_step in range(n_steps):  # where it ends is all the check needs of the last
+        result = leapfrog_step(back, p_back, step_size, field, alpha, tol, max_iter,
+                               final_momentum=back_step < n_steps - 1)
         back, p_back = result.geom, result.p
         if not result.converged:
             break

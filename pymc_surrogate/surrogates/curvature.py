@@ -28,25 +28,30 @@ def random_network_derivatives(surrogate, q: np.ndarray):
     ``value_and_grad``, so the Riemannian trajectories run on the same function as the
     Euclidean ones.
     """
-    value, grad = surrogate.value_and_grad(q)  # (refreshes a stale fit first)
+    # (refreshes a stale fit first; z = W q + b of softplus nodes, as value_and_grad's)
+    nodes = getattr(surrogate, "_value_grad_nodes", None)
+    value, grad, z = (*surrogate.value_and_grad(q), None) if nodes is None else nodes(q)
     inv_chol = surrogate._inv_chol
-    hessian = surrogate._quadratic.copy()
+    hessian = surrogate._quadratic
     third: list = []
     r = q - surrogate._mean
     white = inv_chol @ r
     radius = float(np.sqrt(white @ white))
     if radius > surrogate.trust_radius_:
+        hessian = hessian.copy()
         _add_wall(hessian, third, white, radius, surrogate.trust_radius_, inv_chol)
     coef = surrogate._node_coef
     if coef.size and surrogate.hidden_.activation == "softplus":
         weights = surrogate._node_weights
-        sig = expit(weights @ q + surrogate._node_offsets)
+        sig = expit(weights @ q + surrogate._node_offsets if z is None else z)
         second = sig * (1.0 - sig)
-        hessian += weights.T @ ((coef * second)[:, None] * weights)
-        third.append(RankOneCubes(coef * second * (1.0 - 2.0 * sig), weights))
+        scaled = coef * second
+        hessian = hessian + weights.T @ (scaled[:, None] * weights)
+        third.append(RankOneCubes(scaled * (1.0 - 2.0 * sig), weights))
     elif coef.size:
+        hessian = hessian.copy()
         _add_radial(hessian, third, surrogate, white, inv_chol)
-    return value, grad, hessian, third
+    return value, grad, hessian if hessian is not surrogate._quadratic else hessian.copy(), third
 
 
 def _add_wall(hessian, third, white, radius, wall, inv_chol) -> None:

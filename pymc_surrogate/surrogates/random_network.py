@@ -344,6 +344,13 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
     # --------------------------------------------------------------- prediction
     def value_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         """Surrogate potential and gradient at one position (the leapfrog hot path)."""
+        value, grad, _ = self._value_grad_nodes(q)
+        return value, grad
+
+    def _value_grad_nodes(self, q: np.ndarray) -> tuple[float, np.ndarray, np.ndarray | None]:
+        """``value_and_grad`` and the softplus nodes' inputs ``W q + b`` (None for radial
+        nodes), which ``curvature.random_network_derivatives`` needs again."""
+        z = None
         if self._stale:
             self._refresh()
         r = q - self._mean
@@ -371,7 +378,7 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
                 value += self._node_coef @ h
                 grad_x = -diff.T @ (self._node_coef * h * self.hidden_.offsets)
                 grad = grad + self._inv_chol.T @ grad_x
-        return float(value), grad
+        return float(value), grad, z
 
     def predict(self, positions: np.ndarray) -> np.ndarray:
         """Surrogate potentials at positions (n, d): the same function as ``value_and_grad``."""

@@ -3,10 +3,11 @@ eigenbasis of a metric (``core/riemannian.py``).
 
 A ridge function ``a g(w . q + b)`` has as third derivative ``a g3(z) w (x) w (x) w``
 (``g3`` the third derivative of ``g``), a rank-one cube; a radial function adds a
-symmetrised outer product with its frame's metric. Riemannian HMC needs two contractions
+symmetrised outer product with its frame's metric. Riemannian HMC needs three contractions
 of ``M_i = Q^T (dH/dq_i) Q``, its trace weighted by a vector and the rows ``(J o M_i) u``
-(for ``u^T (J o M_i) u`` and the implicit steps' Newton Jacobians), which these parts give in ``O(s d^2)`` for ``s`` terms where a dense ``(d, d, d)`` tensor
-costs ``O(d^4)``.
+(for the implicit steps' Newton Jacobians) and ``u^T (J o M_i) u`` (``kinetic``, the kinetic
+gradient, without forming the rows where that is cheaper), which these parts give in
+``O(s d^2)`` for ``s`` terms where a dense ``(d, d, d)`` tensor costs ``O(d^4)``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class RankOneCubes(NamedTuple):
     vectors: np.ndarray  # (s, d)
 
     def rotated(self, eigvecs: np.ndarray) -> _RotatedCubes:
-        return _RotatedCubes(self.coef, self.vectors, self.vectors @ eigvecs)
+        turned = self.vectors @ eigvecs
+        return _RotatedCubes(self.coef, self.vectors, turned, self.coef[:, None] * turned)
 
     def scaled(self, factor: float) -> RankOneCubes:
         return self._replace(coef=factor * self.coef)
@@ -44,13 +46,21 @@ class _RotatedCubes(NamedTuple):
     coef: np.ndarray
     vectors: np.ndarray
     turned: np.ndarray  # V = vectors Q
+    weighted: np.ndarray  # diag(coef) V
 
     def trace(self, ratio: np.ndarray) -> np.ndarray:
         return self.vectors.T @ (self.coef * (self.turned**2 @ ratio))
 
+    def _inner(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        # (V diag(u) J) o diag(coef) V: diag(u) scales J (d^2) instead of V (s d)
+        return (self.turned @ (u[:, None] * divided)) * self.weighted
+
     def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
-        scaled = self.turned * u
-        return self.vectors.T @ (self.coef[:, None] * ((scaled @ divided) * self.turned))
+        return self.vectors.T @ self._inner(divided, u)
+
+    def kinetic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """``rows(divided, u) @ u`` without the ``(d, s) (s, d)`` product."""
+        return self.vectors.T @ (self._inner(divided, u) @ u)
 
 
 class SymmetrisedOuter(NamedTuple):
@@ -89,6 +99,9 @@ class _RotatedOuter(NamedTuple):
     def trace(self, ratio: np.ndarray) -> np.ndarray:
         return self.vector * float(np.diag(self.p) @ ratio) + 2.0 * (self.s_q @ (ratio * self.turned))
 
+    def kinetic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return self.rows(divided, u) @ u
+
     def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
         return (np.outer(self.vector, (divided * self.p) @ u)
                 + ((self.s_q * u) @ divided) * self.turned
@@ -103,6 +116,9 @@ class _RotatedDense(NamedTuple):
 
     def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
         return np.einsum("ikl,kl,l->ik", self.rotated, divided, u, optimize=True)
+
+    def kinetic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return self.rows(divided, u) @ u
 
 
 def pull_back(third, matrix: np.ndarray) -> list:
@@ -137,6 +153,9 @@ class _RotatedDiagonal(NamedTuple):
 
     def rows(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
         return self.matrix * (np.diagonal(divided) * u)
+
+    def kinetic(self, divided: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return self.matrix @ (np.diagonal(divided) * u * u)
 
 
 def diagonal_derivative(third) -> DiagonalDerivative:

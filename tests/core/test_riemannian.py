@@ -177,6 +177,62 @@ def test_structured_third_derivatives_contract_as_their_dense_tensors():
                                rtol=1e-10, atol=1e-12)
 
 
+def test_each_parts_kinetic_contraction_is_its_rows_times_u():
+    """``part.kinetic(J, u)`` (the kinetic gradient's cheaper form) is ``rows(J, u) @ u``
+    for every rotated part: cubes, symmetrised outer products, dense and diagonal."""
+    rng = np.random.default_rng(11)
+    d, s = 5, 7
+    root = rng.standard_normal((d, d))
+    eigvecs = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    divided = rng.standard_normal((d, d))
+    divided = divided + divided.T
+    u = rng.standard_normal(d)
+    parts = [RankOneCubes(rng.standard_normal(s), rng.standard_normal((s, d))),
+             SymmetrisedOuter(rng.standard_normal(d), root @ root.T),
+             rng.standard_normal((d, d, d))]
+    rotated = riemannian.rotate(parts, eigvecs)
+    rotated.append(riemannian.diagonal_derivative(parts).rotated(np.eye(d)))
+    for part in rotated:
+        np.testing.assert_allclose(part.kinetic(divided, u), part.rows(divided, u) @ u,
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_divided_differences_average_the_derivative_where_eigenvalues_meet():
+    lam = np.array([-2.0, 0.5, 0.5 + 1e-13, 3.0])
+    f, df = softabs(lam, ALPHA)
+    divided = riemannian._divided_differences(lam, f, df)
+    assert divided[1, 2] == divided[2, 1] == 0.5 * (df[1] + df[2])
+    np.testing.assert_array_equal(np.diag(divided), df)
+    assert divided[0, 3] == (f[0] - f[3]) / (lam[0] - lam[3])
+    apart = np.array([-2.0, 0.5, 1.0, 3.0])  # the fast path: only the diagonal is close
+    f, df = softabs(apart, ALPHA)
+    gap = apart[:, None] - apart[None, :]
+    expected = np.where(np.eye(4, dtype=bool), df[:, None],
+                        (f[:, None] - f[None, :]) / np.where(gap == 0, 1.0, gap))
+    np.testing.assert_array_equal(riemannian._divided_differences(apart, f, df), expected)
+
+
+def test_framed_field_reuses_the_pulled_back_cubes_only_while_they_are_the_same():
+    frame = _frame(3, 12)
+    rng = np.random.default_rng(13)
+    vectors = rng.standard_normal((4, 3))
+    state = {"vectors": vectors}
+
+    def field(q):
+        cubes = RankOneCubes(np.full(4, float(q @ q)), state["vectors"])
+        return 0.0, np.zeros(3), np.eye(3), [cubes]
+
+    in_frame = framed(field, frame)
+    first = in_frame(np.zeros(3))[3][0]
+    second = in_frame(np.ones(3))[3][0]
+    assert second.vectors is first.vectors  # the same array: the product kept
+    np.testing.assert_array_equal(first.vectors, vectors @ frame.chol)
+    assert second.coef[0] != first.coef[0]
+    state["vectors"] = vectors * 2.0  # a new array (a refit): pulled back afresh
+    np.testing.assert_array_equal(in_frame(np.zeros(3))[3][0].vectors,
+                                  state["vectors"] @ frame.chol)
+
+
 def _frame(dim: int, seed: int) -> Whitening:
     rng = np.random.default_rng(seed)
     chol = np.tril(rng.standard_normal((dim, dim)))
