@@ -87,7 +87,7 @@ class Coverage:
         chain.coverage = CoverageState()
         if not (self.tuning.coverage and self._measures_coverage()):
             return
-        keep = chain.training.relevant(self.policy.energy_window(self.dim))
+        keep = self._relevant(chain)
         if len(keep) < self.tuning.coverage_min_points:
             return
         points, potentials = chain.training.positions[keep], chain.training.potentials[keep]

@@ -132,7 +132,7 @@ class KernelFit:
         """
         if self.context.dim or len(chain.training) < 2:
             return None, None
-        keep = chain.training.relevant(self.policy.energy_window(self.dim))
+        keep = self._relevant(chain)
         fitted_states = {row.tobytes() for row in self._history(chain)}
         positions = chain.training.positions
         keep = keep[[positions[i].tobytes() not in fitted_states for i in keep]]

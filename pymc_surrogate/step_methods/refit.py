@@ -34,10 +34,26 @@ class Refits:
         """A new, unfitted surrogate (the step class's choice)."""
         raise NotImplementedError
 
+    def _relevant(self, chain: ChainState) -> np.ndarray:
+        """Indices of the training points a fit learns from: within the energy window
+        above the lowest of them, none deeper than ``TrainingPolicy.mode_depth`` below the
+        chain's lowest late tuning state.
+
+        A climb to the mode on a funnel reaches the density's peak in the neck, where
+        there is no mass: referenced to it, the window kept only neck points (centred
+        eight schools: 50 of 1436-3165, potential -49 at log tau -13.55 where the chain's
+        states lay at 28-40; the d = 10 funnel: 3 of 717-2365, and every fit failed).
+        """
+        window = self.policy.energy_window(self.dim)
+        states = self._late_tuning_states(chain)[1]
+        states = states[np.isfinite(states)]
+        floor = float(states.min()) - self.policy.mode_depth(self.dim) if states.size else -np.inf
+        return chain.training.relevant(window, floor)
+
     def _fit_surrogate(self, chain: ChainState, **settings):
         """Fit a new surrogate to the training data near the typical set, weighted."""
         training = chain.training
-        keep = training.relevant(self.policy.energy_window(self.dim))
+        keep = self._relevant(chain)
         inputs, whitening = self.context.training_inputs(
             training.positions[keep], training.contexts[keep]
         )
@@ -164,7 +180,7 @@ class Refits:
             # A chain that has barely moved says nothing about the scale; the spread of
             # what was evaluated near the typical set is a safer guess than a degenerate
             # covariance.
-            positions = chain.training.positions[chain.training.relevant(self.policy.energy_window(self.dim))]
+            positions = chain.training.positions[self._relevant(chain)]
         return Whitening.from_samples(positions, dense=dense and positions.shape[0] > self.dim)
 
     def _refit(self, chain: ChainState) -> None:

@@ -94,6 +94,16 @@ class TrainingPolicy:
         return dim + 10.0 * np.sqrt(dim) + 20.0
 
     @staticmethod
+    def mode_depth(dim: int) -> float:
+        """How far below a chain's lowest state the posterior's mode can lie.
+
+        Over a Gaussian-like typical set ``U - U_mode`` is about chi2_d / 2, whose mean is
+        ``d / 2`` and sd ``sqrt(d / 2)``: a state lies well within ``d/2 + 3 sqrt(d/2)`` of
+        the mode. A potential far lower is density without mass (a funnel's neck).
+        """
+        return dim / 2.0 + 3.0 * np.sqrt(dim / 2.0)
+
+    @staticmethod
     def weights(potentials: np.ndarray, lowest: float, dim: int) -> np.ndarray:
         """Least-squares weights ``exp(-(U - lowest) / tau)``, ``tau = max(2, d / 4)``.
 
@@ -182,15 +192,18 @@ class TrainingSet:
     def gradients(self) -> np.ndarray:
         return self._gradients[: self.size]
 
-    def relevant(self, energy_window: float) -> np.ndarray:
-        """Indices of finite points with ``U <= min U + energy_window``.
+    def relevant(self, energy_window: float, floor: float = -np.inf) -> np.ndarray:
+        """Indices of finite points with ``floor <= U <= min U + energy_window``, the
+        minimum taken over the points at or above ``floor``.
 
         Burn-in points far out in the tails can have potentials 1e4 above the typical set;
         left in, they dominate a least-squares fit of a region the chain never revisits.
+        ``floor`` leaves out points of high density and no mass, far below anything the
+        chain visits (a funnel's neck, which a climb to the mode reaches).
         """
         potentials = self.potentials
-        finite = np.isfinite(potentials)
-        if not np.any(finite):
+        usable = np.isfinite(potentials) & (potentials >= floor)
+        if not np.any(usable):
             return np.zeros(0, dtype=int)
-        lowest = potentials[finite].min()
-        return np.flatnonzero(finite & (potentials <= lowest + energy_window))
+        lowest = potentials[usable].min()
+        return np.flatnonzero(usable & (potentials <= lowest + energy_window))
