@@ -96,13 +96,19 @@ def test_recovers_a_banana(black_box):
 
 
 def test_a_black_box_banana_past_the_box_is_told(caplog):
-    # The defect above is loud: told at 6 of 6 seeds (2.3-15.9% of the draws outside the
-    # box at the checkpoint, 0.54% for a box that fits; the correlated Gaussian: 0 of 6).
-    with _banana(True), caplog.at_level("WARNING", logger="pymc"):
-        step = SparseGridHMC(**QUIET, rng=2)
-        pm.sample(draws=2000, tune=600, step=step, random_seed=4, **SAMPLE)
-    told = [r.getMessage() for r in caplog.records if "outside the grid's box" in r.getMessage()]
-    assert told, "a black-box banana's arms outside the box and nothing said"
+    # The defect above is loud: told at 6 of 6 seeds on one machine (2.3-15.9% of the draws
+    # outside the box at a checkpoint, 0.54% for a box that fits; the correlated Gaussian:
+    # 0 of 6) and at 5 of 6 on another (seed 0 held 1.5-2.1% outside at every checkpoint
+    # against the 2.2% limit, 3.6% over all its draws). So over 6 seeds, at least 3: at a
+    # power of 5/6 a seed a false failure 0.9% of the time; a check that never tells fails.
+    told = 0
+    for s in range(6):
+        caplog.clear()
+        with _banana(True), caplog.at_level("WARNING", logger="pymc"):
+            step = SparseGridHMC(**QUIET, rng=2 + s)
+            pm.sample(draws=2000, tune=600, step=step, random_seed=4 + s, **SAMPLE)
+        told += any("outside the grid's box" in r.getMessage() for r in caplog.records)
+    assert told >= 3, f"a black-box banana's arms outside the box, told at {told} of 6 seeds"
 
 
 def test_a_gradient_chain_outside_a_small_box_stays_right():

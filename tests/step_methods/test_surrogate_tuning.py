@@ -52,9 +52,12 @@ def test_a_rerun_on_a_finished_store_tunes_without_corrections(finished_store, t
     assert np.isnan(warmup["lp"].values[0, 1:]).mean() > 0.9
     assert not pool_warnings(caplog)
     # No surrogate value leaks out of tuning into a Metropolis test of the draws: the first
-    # draw evaluates the state tuning left (and its proposal), and what the draws' stats
-    # call the model's logp is the model's.
-    assert int(idata.sample_stats["model_evals"].values[0, 0]) >= 2
+    # draw evaluates the state tuning left, and its proposal unless the inner move was
+    # rejected on the surrogate (then nothing moved: seeds 3 and 6 of 3-6 on one machine,
+    # none on another), and what the draws' stats call the model's logp is the model's.
+    stats = idata.sample_stats
+    proposal_tested = int(stats["accepted"].values[0, 0] > 0.5)
+    assert int(stats["model_evals"].values[0, 0]) >= 1 + proposal_tested
     logp = model.compile_logp()
     draws = idata.posterior["x"].values[0]
     lp = idata.sample_stats["lp"].values[0]
