@@ -18,7 +18,10 @@ summed over the chains (tune included; counted in every process, any ``cores``),
 surrogate (``tune`` when none), ``fallback`` = the share of draws on the exact exploration
 kernel, ``max_z`` = the largest |mean - reference| / MCSE over coordinates against NUTS
 with the adjoint gradient on the same posterior (run once, same seed, 4 x (1000 + 1000)),
-``wall_s``. ``right`` = R-hat <= 1.01 and max_z <= 4.
+``wall_s``. ``right`` = R-hat <= 1.01 and max_z <= 4. Per chain (where a run went wrong,
+one chain usually did): ``chain_min_ess``, the least bulk ESS of a coordinate in that
+chain alone, and ``longest_rejection_run``, its most draws rejected in a row.
+``--step-kwargs '{"explore_steps": 400}'`` passes settings to the step (a variant to compare).
 Output: ``benchmarks/results/shared_store_<tag>.{csv,md}``, rewritten after every run.
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import sys
 import time
@@ -73,6 +77,15 @@ def reference(args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return flat.mean(0), flat.std(0), flat.std(0) / np.sqrt(ess)
 
 
+def longest_rejection_run(accepted: np.ndarray) -> int:
+    """The most consecutive rejected draws in one chain's ``accepted`` stat."""
+    longest = run = 0
+    for moved in accepted:
+        run = 0 if moved > 0.5 else run + 1
+        longest = max(longest, run)
+    return longest
+
+
 def measure(idata, ref, tune: int) -> dict:
     values = draws_of(idata)
     d = values.shape[2]
@@ -97,6 +110,11 @@ def measure(idata, ref, tune: int) -> dict:
         "sd_ratio_range": f"{(sd / ref[1]).min():.2f}-{(sd / ref[1]).max():.2f}",
         "first_fit": " ".join(map(str, first_fit)),
         "fallback": float(np.asarray(stats["fallback"]).mean()),
+        "chain_min_ess": " ".join(
+            f"{min(float(az.ess(values[c:c + 1, :, j])) for j in range(d)):.0f}"
+            for c in range(values.shape[0])),
+        "longest_rejection_run": " ".join(
+            str(longest_rejection_run(row)) for row in np.asarray(stats["accepted"])),
         "right": bool(rhat.max() <= RHAT_LIMIT and np.abs(z).max() <= Z_LIMIT),
     }
 
@@ -110,7 +128,8 @@ def run(sampler: str, sharing: str, cores: int, seed: int, args, ref) -> dict:
         idata = pm.sample(draws=args.draws, tune=args.tune, chains=args.chains, cores=cores,
                           random_seed=seed, progressbar=False,
                           discard_tuned_samples=False, compute_convergence_checks=False,
-                          step=cls(store=EvaluationStore() if sharing == "shared" else False))
+                          step=cls(store=EvaluationStore() if sharing == "shared" else False,
+                                   **json.loads(args.step_kwargs)))
     row = {"sampler": sampler, "chains": sharing, "cores": cores, "seed": seed,
            **measure(idata, ref, args.tune)}
     row["wall_s"] = time.perf_counter() - start
@@ -153,6 +172,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seeds", default="1", help="the runs' seeds, e.g. 1-3")
     parser.add_argument("--ref-draws", type=int, default=1000)
     parser.add_argument("--ref-cores", type=int, default=2)
+    parser.add_argument("--step-kwargs", default="{}",
+                        help="settings for the step as JSON, e.g. '{\"explore_steps\": 400}'")
     parser.add_argument("--tag", default="tune300")
     parser.add_argument("--out", default=str(DEFAULT_RESULTS_DIR))
     args = parser.parse_args(argv)
