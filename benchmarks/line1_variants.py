@@ -1,0 +1,151 @@
+"""Variants of SurrogateHMC measured against issue 36's first line, for ``shared_store.py``.
+
+``python benchmarks/shared_store.py --variant lcb5 --step-kwargs '{"n_inner": 3}' ...`` runs
+the benchmark with one of these installed. Each is a change of one method of the step,
+patched on the class before sampling (so it reaches the chains' processes only where PyMC
+forks them: Linux, PyMC 5); none is part of the package. What each gave is in
+docs/design.md, "Why line 1 of issue 36 still fails about one run in ten" (the metric from
+1000 surrogate draws measured there was a scratch patch, not kept here). Every variant
+keeps the draws exact: it changes a fixed field the surrogate kernel runs on, a fixed
+mixture of exact kernels, or what tuning evaluates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pymc_surrogate.step_methods.base import SurrogateStep
+from pymc_surrogate.step_methods.refit import Refits
+from pymc_surrogate.step_methods.training import TrainingPolicy
+
+__all__ = ["VARIANTS", "install"]
+
+_plain_field = Refits._surrogate_field
+_plain_stop = SurrogateStep.stop_tuning
+
+
+def _after_stop_tuning(extra):
+    """``stop_tuning``, then ``extra(step, chain)`` for a chain frozen on a surrogate."""
+    def stop_tuning(self):
+        _plain_stop(self)
+        if self.chain.surrogate is not None and self.chain.frozen:
+            extra(self, self.chain)
+    SurrogateStep.stop_tuning = stop_tuning
+
+
+def _draws_field(transform):
+    """In the draws, the surrogate field ``transform(chain, field)`` (when it says so)."""
+    def _surrogate_field(self, chain):
+        field = _plain_field(self, chain)
+        return transform(chain, field) if chain.frozen else field
+    Refits._surrogate_field = _surrogate_field
+
+
+def tail_tempering(quantile: float = 0.95, temperature: float = 1.5) -> None:
+    """Above its ``quantile`` over the late tuning states, the draws' surrogate rises
+    ``temperature`` times slower."""
+    def level(step, chain):
+        field = _plain_field(step, chain)
+        chain.variant_level = float(np.quantile(
+            [field(q)[0] for q in step._late_tuning_states(chain)[0]], quantile))
+
+    def transform(chain, field):
+        top = getattr(chain, "variant_level", None)
+        if top is None:
+            return field
+
+        def value_and_grad(q):
+            value, grad = field(q)
+            if value <= top:
+                return value, grad
+            return top + (value - top) / temperature, grad / temperature
+        return value_and_grad
+
+    _after_stop_tuning(level)
+    _draws_field(transform)
+
+
+def lower_confidence_bound(kappa: float = 5.0) -> None:
+    """The draws run on ``U~(q) - kappa sd(q)``: ``sd`` is the predictive sd of the
+    weighted least-squares quadratic fitted to the final fit's training points (where
+    the data are thin, the surrogate density is raised rather than left too low)."""
+    def bound(step, chain):
+        keep = step._relevant(chain)
+        positions, potentials = chain.training.positions[keep], chain.training.potentials[keep]
+        dim = positions.shape[1]
+        upper = np.triu_indices(dim)
+        mean = positions.mean(0)
+        to_white = np.linalg.inv(np.linalg.cholesky(np.cov(positions.T)))
+        x = (positions - mean) @ to_white.T
+        features = np.hstack([np.ones((len(x), 1)), x, (x[:, :, None] * x[:, None, :])[:, upper[0], upper[1]]])
+        root = np.sqrt(TrainingPolicy.weights(potentials, potentials.min(), dim))
+        design, target = features * root[:, None], (potentials - potentials.mean()) * root
+        inverse = np.linalg.pinv(design.T @ design)
+        residual = design @ (inverse @ (design.T @ target)) - target
+        noise = float(residual @ residual) / max(len(target) - design.shape[1], 1)
+        chain.variant_bound = (mean, to_white, inverse * noise, upper, dim)
+
+    def transform(chain, field):
+        bound_ = getattr(chain, "variant_bound", None)
+        if bound_ is None:
+            return field
+        mean, to_white, covariance, upper, dim = bound_
+
+        def value_and_grad(q):
+            value, grad = field(q)
+            x = to_white @ (q - mean)
+            phi = np.concatenate([[1.0], x, np.outer(x, x)[upper]])
+            c_phi = covariance @ phi
+            sd = np.sqrt(max(float(phi @ c_phi), 1e-300))
+            quadratic = np.zeros((dim, dim))
+            quadratic[upper] = c_phi[1 + dim:]
+            d_variance = 2.0 * (c_phi[1:1 + dim] + (quadratic + quadratic.T) @ x)
+            return value - kappa * sd, grad - kappa * (to_white.T @ d_variance) / (2.0 * sd)
+        return value_and_grad
+
+    _after_stop_tuning(bound)
+    _draws_field(transform)
+
+
+def exploration_share(probability: float = 0.1) -> None:
+    """A fixed share of the draws on the exact exploration kernel (a mixture of exact
+    kernels, as for a chain whose surrogate stalled in tuning)."""
+    def share(step, chain):
+        if chain.explore.probability == 0:
+            chain.explore.probability = probability
+            chain.explore.history = step._explore_history(chain)
+    _after_stop_tuning(share)
+
+
+def extra_evaluation() -> None:
+    """In tuning on a surrogate, one more model evaluation an iteration (training data) at
+    the point a surrogate transition alone reaches from the chain's state."""
+    plain_after = Refits._after_tune_iteration
+
+    def _after_tune_iteration(self, chain, info):
+        if (chain.surrogate is not None and not chain.frozen and not chain.on_surrogate
+                and chain.current is not None):
+            chain.on_surrogate = True
+            try:
+                moved = self._surrogate_step(chain, chain.current, record=False)
+            finally:
+                chain.on_surrogate = False
+            self._evaluate(chain, moved.point.q, with_grad=False, record=True)
+        return plain_after(self, chain, info)
+    Refits._after_tune_iteration = _after_tune_iteration
+
+
+VARIANTS = {
+    "tail_tempering": tail_tempering,
+    "lcb3": lambda: lower_confidence_bound(3.0),
+    "lcb5": lambda: lower_confidence_bound(5.0),
+    "explore10": exploration_share,
+    "extra_evaluation": extra_evaluation,
+}
+
+
+def install(name: str) -> None:
+    """Patch the step classes with variant ``name`` (one per process)."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; one of {sorted(VARIANTS)}")
+    VARIANTS[name]()
