@@ -7,9 +7,9 @@ forks them: Linux, PyMC 5); none is part of the package. What each gave is in
 docs/design.md, "Why line 1 of issue 36 still fails about one run in ten" (the metric from
 1000 surrogate draws measured there was a scratch patch, not kept here). Every variant
 keeps the draws exact: it changes a fixed field the surrogate kernel runs on, a fixed
-mixture of exact kernels, or what tuning evaluates. ``lcb5`` with ``n_inner=3`` became the
-default for a black box in f9c0f67 (``step_methods/draw_bound.py``); since then the ``lcb``
-variants lower the surrogate a second time, and measure nothing the package does.
+mixture of exact kernels, or what tuning evaluates. ``lcb5`` with ``n_inner=3`` was made the
+default for a black box in f9c0f67 and reverted in 2006a03: on the black-box banana a
+chain rejected every draw (the bound is not bounded below; docs/design.md).
 """
 
 from __future__ import annotations
