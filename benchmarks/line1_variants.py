@@ -92,6 +92,11 @@ def lower_confidence_bound(kappa: float = 5.0) -> None:
         if bound_ is None:
             return field
         mean, to_white, covariance, upper, dim = bound_
+        # Where each pair (i, j) sits among the quadratic terms, both ways round, so that
+        # the hot path reads the symmetric matrix d var / d(x x^T) without building it.
+        pair = np.empty((dim, dim), dtype=int)
+        pair[upper] = pair.T[upper] = np.arange(upper[0].size)
+        diagonal = pair[np.arange(dim), np.arange(dim)]
 
         def value_and_grad(q):
             value, grad = field(q)
@@ -99,9 +104,8 @@ def lower_confidence_bound(kappa: float = 5.0) -> None:
             phi = np.concatenate([[1.0], x, np.outer(x, x)[upper]])
             c_phi = covariance @ phi
             sd = np.sqrt(max(float(phi @ c_phi), 1e-300))
-            quadratic = np.zeros((dim, dim))
-            quadratic[upper] = c_phi[1 + dim:]
-            d_variance = 2.0 * (c_phi[1:1 + dim] + (quadratic + quadratic.T) @ x)
+            quadratic = c_phi[1 + dim:]
+            d_variance = 2.0 * (c_phi[1:1 + dim] + quadratic[pair] @ x + quadratic[diagonal] * x)
             return value - kappa * sd, grad - kappa * (to_white.T @ d_variance) / (2.0 * sd)
         return value_and_grad
 
