@@ -33,6 +33,7 @@ from pymc_surrogate.step_methods.block_context import BlockContext
 from pymc_surrogate.step_methods.corrections import Corrections
 from pymc_surrogate.step_methods.coverage import Coverage
 from pymc_surrogate.step_methods.defaults import TUNING
+from pymc_surrogate.step_methods.draw_bound import DrawBound
 from pymc_surrogate.step_methods.evaluator import Evaluator
 from pymc_surrogate.step_methods.exploration import Exploration
 from pymc_surrogate.step_methods.health import ChainHealth
@@ -59,8 +60,8 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, TailJumps, ChainHealth,
-                    SharedEvaluations, SurrogateTuning, ArrayStepShared):
+class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Exploration, TailJumps,
+                    ChainHealth, SharedEvaluations, SurrogateTuning, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -204,6 +205,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration, Tail
         self._count_tuned(chain)
         if fitted:
             self._choose_tail_jumps(chain)
+            self._choose_draw_bound(chain)
             self._choose_inner_transitions(chain)
         if tuned_length is not None:  # the final fit restarted the length at the full path
             self._choose_draw_length(chain, tuned_length)

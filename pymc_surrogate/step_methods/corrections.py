@@ -62,13 +62,15 @@ class Corrections:
         model evaluation; but when the true model rejects many proposals, a rejection
         throws the longer inner run away. So: ``Tuning.inner_transitions`` when the
         correction accepted at least ``Tuning.good_acceptance`` on average over the last
-        ``Tuning.inner_window`` surrogate steps of tuning, else one. Chosen once when
+        ``Tuning.inner_window`` surrogate steps of tuning, or when the draws run on a
+        black box's lowered surrogate (``draw_bound.py``), else one. Chosen once when
         tuning ends, so the draws' kernel is fixed (exact).
         """
         recent = chain.fits.recent_corrections
+        good = len(recent) == recent.maxlen and np.mean(recent) >= self.tuning.good_acceptance
+        # A black box's lowered surrogate (draw_bound.py) was measured with them.
         if (self.n_inner == "auto" and self.correction == "surrogate_transition"
-                and len(recent) == recent.maxlen
-                and np.mean(recent) >= self.tuning.good_acceptance):
+                and (good or chain.draw_bound is not None)):
             chain.inner_transitions = self.tuning.inner_transitions
 
     def _use_surrogate(self, chain: ChainState, surrogate) -> None:

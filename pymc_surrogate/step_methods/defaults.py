@@ -107,6 +107,14 @@ class Tuning:
     inner_transitions: int = 3
     #: Surrogate steps of tuning over which that acceptance is measured.
     inner_window: int = 100
+    # --- the draws of a black box (draw_bound.py)
+    #: Predictive sds of a quadratic fit by which SurrogateHMC's draws lower a black box's
+    #: surrogate, which then takes ``inner_transitions`` a draw whatever its acceptance.
+    #: Black-box PDE, tune=300, 4 chains sharing their store, seeds 57-96 (scratch, then
+    #: benchmarks/line1_variants.py): R-hat <= 1.01 and <= 5 solves per min ESS at 39 of
+    #: 40 runs, against 16 of 20 without either (a chain held 40-170 draws in about one
+    #: run in twenty, R-hat 1.010-1.015 in three more); either alone 17-18 of 20.
+    draw_bound_kappa: float = 5.0
     # --- coverage (coverage.py)
     #: Temper each surrogate until it covers the posterior. Off by default: measured, it
     #: fixes a surrogate too narrow everywhere (0.6 of N(0, I)'s sd: right at 6/6 seeds,

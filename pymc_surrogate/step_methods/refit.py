@@ -326,5 +326,8 @@ class Refits:
     def _surrogate_field(self, chain: ChainState):
         """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
         current context, at the temperature that makes it cover the posterior
-        (coverage.py)."""
-        return tempered(self.context.field(chain.surrogate), chain.coverage.temperature)
+        (coverage.py), in a black box's draws lowered where its data thin out
+        (draw_bound.py)."""
+        return self._bounded(
+            chain, tempered(self.context.field(chain.surrogate), chain.coverage.temperature)
+        )

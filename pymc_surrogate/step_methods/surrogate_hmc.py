@@ -19,7 +19,9 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
     Tuning explores exactly (HMC, or DE-MCz without gradients) and fits a random network
     to every evaluation; without gradients its surrogate steps then run on the tempered
     surrogate ``U~ / T``, so that the fit learns where it is too high. The draws run on the
-    frozen surrogate, one model logp each.
+    frozen surrogate, one model logp each; without gradients on ``U~ - 5 sd``, ``sd`` the
+    predictive sd of a quadratic fit to the same data, so that where the data thin out the
+    surrogate is not left above the potential, where a chain would stick.
 
     Parameters
     ----------
@@ -31,8 +33,9 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         Surrogate HMC transitions per draw with the surrogate transition (they cost no
         model evaluation). "auto": one in tuning; in the draws three when the true model
         accepted the surrogate's proposals at least 90% of the time over the last 100
-        surrogate steps of tuning (a good surrogate: more movement per evaluation), else
-        one (where many are rejected, a longer inner run is thrown away more often).
+        surrogate steps of tuning (a good surrogate: more movement per evaluation), or
+        for a black box (below), else one (where many are rejected, a longer inner run is
+        thrown away more often).
     n_hidden, activation, quadratic, alpha, max_hidden, max_equations
         The surrogate's settings (``RandomNetworkSurrogate``).
     metric : {"euclidean", "riemannian", "riemannian-diagonal"}
@@ -135,6 +138,7 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
     """
 
     name = "surrogate_hmc"
+    lowers_black_box_draws = True
     stats_dtypes_shapes = {**_stats.STATS, **RIEMANNIAN_STATS}
 
     def __init__(

@@ -8,6 +8,7 @@ import pymc as pm
 import pytest
 
 from pymc_surrogate import AdaptiveSurrogateHMC, ModelEvaluationError, SurrogateHMC
+from pymc_surrogate.step_methods.coverage import tempered
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.helpers import assert_moments
@@ -532,3 +533,24 @@ def test_the_fallback_runs_explorations_own_kernel_not_a_collapsed_surrogates():
         # the same order of step size as before the fit, not the surrogate's collapsed one
         assert np.median(late) > 0.1 * np.median(explored[chain])
     assert_moments(idata, "x", mean, np.sqrt(np.diag(cov)))
+
+
+@pytest.mark.parametrize("use_gradient", [False, True], ids=["black_box", "gradient"])
+def test_a_black_box_draws_on_its_lowered_surrogate(use_gradient):
+    """Without gradients the draws run on ``U~ - kappa sd`` (draw_bound.py) with three
+    surrogate transitions a draw; with gradients on ``U~``, as tuning left it."""
+    mean, cov = correlated_gaussian(3, seed=2)
+    with gaussian_model(mean, cov):
+        step = SurrogateHMC(use_gradient=use_gradient)
+        pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 20, "tune": 500})
+    chain = step.chain
+    assert chain.surrogate is not None
+    q = chain.current.q + 3.0 * np.sqrt(np.diag(cov))
+    unbounded = tempered(step.context.field(chain.surrogate), chain.coverage.temperature)(q)[0]
+    drawn = step._surrogate_field(chain)(q)[0]
+    if use_gradient:
+        assert chain.draw_bound is None and drawn == unbounded
+        return
+    sd = chain.draw_bound.sd_and_grad(q)[0]
+    assert drawn == pytest.approx(unbounded - step.tuning.draw_bound_kappa * sd)
+    assert sd > 0 and chain.inner_transitions == 3
