@@ -113,7 +113,8 @@ class Tuning:
     #: Black-box PDE, tune=300, 4 chains sharing their store, seeds 57-96 (scratch, then
     #: benchmarks/line1_variants.py): R-hat <= 1.01 and <= 5 solves per min ESS at 39 of
     #: 40 runs, against 16 of 20 without either (a chain held 40-170 draws in about one
-    #: run in twenty, R-hat 1.010-1.015 in three more); either alone 17-18 of 20.
+    #: run in twenty, R-hat 1.010-1.015 in three more); three transitions alone 17 of 20, the
+    #: bound alone at 3 sd 18 of 20.
     draw_bound_kappa: float = 5.0
     # --- coverage (coverage.py)
     #: Temper each surrogate until it covers the posterior. Off by default: measured, it

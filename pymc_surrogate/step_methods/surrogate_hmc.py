@@ -138,7 +138,6 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
     """
 
     name = "surrogate_hmc"
-    lowers_black_box_draws = True
     stats_dtypes_shapes = {**_stats.STATS, **RIEMANNIAN_STATS}
 
     def __init__(
@@ -172,6 +171,12 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         RandomNetworkSurrogate(**self._surrogate_settings)
         super().__init__(vars, **kwargs)
         self._check_metric()
+
+    @property
+    def lowers_black_box_draws(self) -> bool:
+        """Euclidean draws only (draw_bound.py): the Riemannian moves run on the
+        surrogate's own derivatives (``RiemannianTrajectories._riemann_field``)."""
+        return not self._riemannian
 
     # After a spurious well: refit with the ridge penalty floored at these fractions of its
     # scale (cross-validation alone may take 1e-12).

@@ -554,3 +554,11 @@ def test_a_black_box_draws_on_its_lowered_surrogate(use_gradient):
     sd = chain.draw_bound.sd_and_grad(q)[0]
     assert drawn == pytest.approx(unbounded - step.tuning.draw_bound_kappa * sd)
     assert sd > 0 and chain.inner_transitions == 3
+
+
+def test_riemannian_draws_keep_the_surrogate_unlowered():
+    """RNS-RMHMC's moves run on the surrogate's own derivatives, never on the bound."""
+    with pm.Model():
+        pm.Normal("x", shape=2)
+        assert not SurrogateHMC(metric="riemannian", use_gradient=False).lowers_black_box_draws
+        assert SurrogateHMC(use_gradient=False).lowers_black_box_draws
