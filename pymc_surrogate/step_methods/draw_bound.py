@@ -6,11 +6,16 @@ potential. The chain enters such a spot and stays (the correction accepts leavin
 with probability ``exp(U - U~)`` there): on the black-box PDE one run in twenty had a
 chain held 40-170 draws. Lowering the surrogate by ``kappa`` predictive sd of a
 quadratic fit to the same data raises its density exactly where the fit is unsure.
-The field stays fixed in the draws, so they stay exact (docs/design.md, "Why line 1 of
-issue 36 ...").
+That sd grows like ``|q|^2`` far out, so the lowering is capped at ``sqrt(2 d)`` nats,
+twice the sd of the potential over a Gaussian posterior's typical set: uncapped, the
+black-box banana's lowered surrogate put most of its mass where the posterior has none
+(``Tuning.draw_bound_cap``). The field stays fixed in the draws, so they stay exact
+(docs/design.md, "Why line 1 of issue 36 ...").
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.confidence import QuadraticConfidence
@@ -43,4 +48,5 @@ class DrawBound:
         """``field`` lowered by the chain's bound in the draws (unchanged otherwise)."""
         if not chain.frozen or chain.draw_bound is None:
             return field
-        return chain.draw_bound.lower(field, self.tuning.draw_bound_kappa)
+        cap = self.tuning.draw_bound_cap * np.sqrt(self.dim / 2)
+        return chain.draw_bound.lower(field, self.tuning.draw_bound_kappa, cap)

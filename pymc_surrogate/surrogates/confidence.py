@@ -60,11 +60,21 @@ class QuadraticConfidence:
         grad_x = self.polynomial.gradients(x[None])[0] @ c_phi / sd
         return sd, self._inv_chol.T @ grad_x
 
-    def lower(self, field, kappa: float):
-        """``q -> (U~ - kappa sd, its gradient)`` of a field ``q -> (U~, dU~/dq)``."""
+    def lower(self, field, kappa: float, cap: float = np.inf):
+        """``q -> (U~ - L, its gradient)`` of a field ``q -> (U~, dU~/dq)``, with ``L`` the
+        smooth minimum ``-log(exp(-kappa sd) + exp(-cap))`` of ``kappa sd`` and ``cap``.
+
+        ``sd`` grows like ``|q|^2`` far from the data, as fast as ``U~`` itself: lowered
+        without a cap the field need not be bounded below, and it moves the surrogate's
+        mass to where there are no data. Capped it is lowered by less than ``cap`` nats
+        anywhere (by nearly ``kappa sd`` where that is well below ``cap``), and proper
+        wherever ``U~`` is.
+        """
         def value_and_grad(q: np.ndarray) -> tuple[float, np.ndarray]:
             value, grad = field(q)
             sd, grad_sd = self.sd_and_grad(q)
-            return value - kappa * sd, grad - kappa * grad_sd
+            lowering = -np.logaddexp(-kappa * sd, -cap)
+            share = np.exp(lowering - kappa * sd)  # d lowering / d (kappa sd), in (0, 1]
+            return value - lowering, grad - share * kappa * grad_sd
 
         return value_and_grad

@@ -537,8 +537,9 @@ def test_the_fallback_runs_explorations_own_kernel_not_a_collapsed_surrogates():
 
 @pytest.mark.parametrize("use_gradient", [False, True], ids=["black_box", "gradient"])
 def test_a_black_box_draws_on_its_lowered_surrogate(use_gradient):
-    """Without gradients the draws run on ``U~ - kappa sd`` (draw_bound.py) with three
-    surrogate transitions a draw; with gradients on ``U~``, as tuning left it."""
+    """Without gradients the draws run on ``U~`` lowered by ``kappa sd`` (capped;
+    draw_bound.py) with three surrogate transitions a draw; with gradients on ``U~``, as
+    tuning left it."""
     mean, cov = correlated_gaussian(3, seed=2)
     with gaussian_model(mean, cov):
         step = SurrogateHMC(use_gradient=use_gradient)
@@ -551,9 +552,10 @@ def test_a_black_box_draws_on_its_lowered_surrogate(use_gradient):
     if use_gradient:
         assert chain.draw_bound is None and drawn == unbounded
         return
-    sd = chain.draw_bound.sd_and_grad(q)[0]
-    assert drawn == pytest.approx(unbounded - step.tuning.draw_bound_kappa * sd)
-    assert sd > 0 and chain.inner_transitions == 3
+    lowering = step.tuning.draw_bound_kappa * chain.draw_bound.sd_and_grad(q)[0]
+    cap = step.tuning.draw_bound_cap * np.sqrt(3 / 2)
+    assert drawn == pytest.approx(unbounded + np.logaddexp(-lowering, -cap))
+    assert lowering > 0 and chain.inner_transitions == 3
 
 
 def test_riemannian_draws_keep_the_surrogate_unlowered():
