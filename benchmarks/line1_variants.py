@@ -1,15 +1,16 @@
 """Variants of SurrogateHMC measured against issue 36's first line, for ``shared_store.py``.
 
-``python benchmarks/shared_store.py --variant lcb5 --step-kwargs '{"n_inner": 3}' ...`` runs
-the benchmark with one of these installed. Each is a change of one method of the step,
-patched on the class before sampling (so it reaches the chains' processes only where PyMC
-forks them: Linux, PyMC 5); none is part of the package. What each gave is in
-docs/design.md, "Why line 1 of issue 36 still fails about one run in ten" (the metric from
-1000 surrogate draws measured there was a scratch patch, not kept here). Every variant
-keeps the draws exact: it changes a fixed field the surrogate kernel runs on, a fixed
-mixture of exact kernels, or what tuning evaluates. ``lcb5`` with ``n_inner=3`` was made the
-default for a black box in f9c0f67 and reverted in 2006a03: on the black-box banana a
-chain rejected every draw (the bound is not bounded below; docs/design.md).
+``python benchmarks/shared_store.py --variant tail_tempering ...`` runs the benchmark with
+one of these installed. Each is a change of one method of the step, patched on the class
+before sampling (so it reaches the chains' processes only where PyMC forks them: Linux,
+PyMC 5); none is part of the package, and each now runs on top of the package's own
+lowered black-box draws (``step_methods/draw_bound.py``). What each gave, measured before
+those, is in docs/design.md, "Why line 1 of issue 36 ..." (the metric from 1000 surrogate
+draws measured there was a scratch patch, not kept here). Every variant keeps the draws
+exact: it changes a fixed field the surrogate kernel runs on, a fixed mixture of exact
+kernels, or what tuning evaluates. The ``lcb3`` / ``lcb5`` variants measured there became
+the package's ``draw_bound.py`` (capped, with three transitions a draw) and are no longer
+here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.refit import Refits
-from pymc_surrogate.step_methods.training import TrainingPolicy
 
 __all__ = ["VARIANTS", "install"]
 
@@ -67,52 +67,6 @@ def tail_tempering(quantile: float = 0.95, temperature: float = 1.5) -> None:
     _draws_field(transform)
 
 
-def lower_confidence_bound(kappa: float = 5.0) -> None:
-    """The draws run on ``U~(q) - kappa sd(q)``: ``sd`` is the predictive sd of the
-    weighted least-squares quadratic fitted to the final fit's training points (where
-    the data are thin, the surrogate density is raised rather than left too low)."""
-    def bound(step, chain):
-        keep = step._relevant(chain)
-        positions, potentials = chain.training.positions[keep], chain.training.potentials[keep]
-        dim = positions.shape[1]
-        upper = np.triu_indices(dim)
-        mean = positions.mean(0)
-        to_white = np.linalg.inv(np.linalg.cholesky(np.cov(positions.T)))
-        x = (positions - mean) @ to_white.T
-        features = np.hstack([np.ones((len(x), 1)), x, (x[:, :, None] * x[:, None, :])[:, upper[0], upper[1]]])
-        root = np.sqrt(TrainingPolicy.weights(potentials, potentials.min(), dim))
-        design, target = features * root[:, None], (potentials - potentials.mean()) * root
-        inverse = np.linalg.pinv(design.T @ design)
-        residual = design @ (inverse @ (design.T @ target)) - target
-        noise = float(residual @ residual) / max(len(target) - design.shape[1], 1)
-        chain.variant_bound = (mean, to_white, inverse * noise, upper, dim)
-
-    def transform(chain, field):
-        bound_ = getattr(chain, "variant_bound", None)
-        if bound_ is None:
-            return field
-        mean, to_white, covariance, upper, dim = bound_
-        # Where each pair (i, j) sits among the quadratic terms, both ways round, so that
-        # the hot path reads the symmetric matrix d var / d(x x^T) without building it.
-        pair = np.empty((dim, dim), dtype=int)
-        pair[upper] = pair.T[upper] = np.arange(upper[0].size)
-        diagonal = pair[np.arange(dim), np.arange(dim)]
-
-        def value_and_grad(q):
-            value, grad = field(q)
-            x = to_white @ (q - mean)
-            phi = np.concatenate([[1.0], x, np.outer(x, x)[upper]])
-            c_phi = covariance @ phi
-            sd = np.sqrt(max(float(phi @ c_phi), 1e-300))
-            quadratic = c_phi[1 + dim:]
-            d_variance = 2.0 * (c_phi[1:1 + dim] + quadratic[pair] @ x + quadratic[diagonal] * x)
-            return value - kappa * sd, grad - kappa * (to_white.T @ d_variance) / (2.0 * sd)
-        return value_and_grad
-
-    _after_stop_tuning(bound)
-    _draws_field(transform)
-
-
 def exploration_share(probability: float = 0.1) -> None:
     """A fixed share of the draws on the exact exploration kernel (a mixture of exact
     kernels, as for a chain whose surrogate stalled in tuning)."""
@@ -143,8 +97,6 @@ def extra_evaluation() -> None:
 
 VARIANTS = {
     "tail_tempering": tail_tempering,
-    "lcb3": lambda: lower_confidence_bound(3.0),
-    "lcb5": lambda: lower_confidence_bound(5.0),
     "explore10": exploration_share,
     "extra_evaluation": extra_evaluation,
 }

@@ -22,7 +22,7 @@ with the adjoint gradient on the same posterior (run once, same seed, 4 x (1000 
 one chain usually did): ``chain_min_ess``, the least bulk ESS of a coordinate in that
 chain alone, and ``longest_rejection_run``, its most draws rejected in a row.
 ``--step-kwargs '{"explore_steps": 400}'`` passes settings to the step (a variant to compare);
-``--variant lcb5`` patches the step with one of ``benchmarks/line1_variants.py``.
+``--variant tail_tempering`` patches the step with one of ``benchmarks/line1_variants.py``.
 Output: ``benchmarks/results/shared_store_<tag>.{csv,md}``, rewritten after every run.
 """
 

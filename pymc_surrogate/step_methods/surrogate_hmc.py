@@ -19,9 +19,10 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
     Tuning explores exactly (HMC, or DE-MCz without gradients) and fits a random network
     to every evaluation; without gradients its surrogate steps then run on the tempered
     surrogate ``U~ / T``, so that the fit learns where it is too high. The draws run on the
-    frozen surrogate, one model logp each; without gradients on ``U~ - 5 sd``, ``sd`` the
-    predictive sd of a quadratic fit to the same data, so that where the data thin out the
-    surrogate is not left above the potential, where a chain would stick.
+    frozen surrogate, one model logp each; without gradients on ``U~`` lowered by ``5 sd``
+    (at most ``sqrt(2 d)`` nats), ``sd`` the predictive sd of a quadratic fit to the same
+    data, so that where the data thin out the surrogate is not left above the potential,
+    where a chain would stick.
 
     Parameters
     ----------

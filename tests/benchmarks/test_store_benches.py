@@ -38,7 +38,8 @@ def test_the_restart_report_is_written(tmp_path):
 def test_a_variant_of_line_1_runs_in_its_own_process(tmp_path):
     """``--variant`` patches the step classes, so it runs in a process of its own here. The
     second chain fits on the first's evaluations, so tuning ends on a surrogate and the
-    variant's bound is built and sampled on (a smoke test: what it gives is not checked)."""
+    variant's tempering level is set and sampled on (a smoke test: what it gives is not
+    checked)."""
     from benchmarks.line1_variants import install
 
     with pytest.raises(ValueError, match="unknown variant"):
@@ -48,7 +49,7 @@ def test_a_variant_of_line_1_runs_in_its_own_process(tmp_path):
         [sys.executable, str(repo / "benchmarks" / "shared_store.py"), *TINY, "--tune", "200",
          "--draws", "20", "--chains", "2", "--cores", "1", "--sharing", "shared",
          "--samplers", "SurrogateHMC", "--ref-draws", "50", "--ref-cores", "1",
-         "--variant", "lcb5", "--out", str(tmp_path), "--tag", "variant"],
+         "--variant", "tail_tempering", "--out", str(tmp_path), "--tag", "variant"],
         check=True, cwd=repo, capture_output=True,
     )
     frame = pd.read_csv(tmp_path / "shared_store_variant.csv")
