@@ -122,8 +122,8 @@ class Tuning:
     #: is below 1e-6 of its peak uncapped, 2.0% capped (0.3% unlowered); on the black-box
     #: PDE (d = 20, cap 6.3 nats) the cap changes almost nothing (the longest expected stay
     #: at a posterior draw, over 40 fits: 62 draws against 57 uncapped and 617 unlowered).
-    #: As shipped: the banana right at 10 of 10 seeds (3.3 evaluations per min ESS, 6.25
-    #: unlowered), the PDE line above at 20 of 20 for SurrogateHMC and for Adaptive.
+    #: Measured with it: the banana at 3.3 evaluations per min ESS (6.25 unlowered), the PDE
+    #: line above at 20 of 20 for SurrogateHMC and for Adaptive (seeds 137-156).
     draw_bound_cap: float = 2.0
     # --- coverage (coverage.py)
     #: Temper each surrogate until it covers the posterior. Off by default: measured, it

@@ -31,9 +31,7 @@ class MassMatrix:
         A chain that explored badly in tuning (a direction it barely moved in) leaves a
         collapsed covariance that would keep it stuck in the draws. Sampling the surrogate
         re-measures the scale; it is trusted within a factor 1000 of the chain's estimate,
-        so a surrogate that is wrong far from the data cannot blow the metric up. The
-        longer runs drawn when the first do not mix are kept only if they stayed out of a
-        spurious well (``_in_spurious_well``); else the metric made before them is kept.
+        so a surrogate that is wrong far from the data cannot blow the metric up.
         """
         step, samples = warm_up.step_size, warm_up.samples
         field = self._surrogate_field(chain)
@@ -42,17 +40,9 @@ class MassMatrix:
                 break
             # Draws that crawl in the slow directions of a poor first metric: more of them
             # (surrogate evaluations only) until they measure the scale or hit the cap.
-            # Longer runs go further: on the black-box banana 800 draws found a well 100 sd
-            # out that the first 200 had not (U~ -17 000; a variance of 187 against 0.5).
-            # (Only these: the second round's 200 draws of a Student-t(6) block touched a
-            # well in late tuning (2-7% of them) and widened its metric 4.6x; refusing them
-            # too left the t's draws narrower, its sd 2.35 on average over 8 seeds against
-            # 2.47 (truth 2.45), ESS lower at 5 of 8; tests/reliability/test_sampling_modes.)
             mixes = _mixes(samples, self.tuning.min_metric_sample_ess)
             while not mixes and len(samples) * 4 <= self.tuning.max_metric_samples:
                 warm_up = self._warm_up(chain, chain_scale, field, step, 4 * len(samples))
-                if self._in_spurious_well(chain, warm_up.potentials):
-                    break
                 step, samples = warm_up.step_size, warm_up.samples
                 mixes = _mixes(samples, self.tuning.min_metric_sample_ess)
             if not mixes:
