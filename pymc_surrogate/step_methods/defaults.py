@@ -122,7 +122,7 @@ class Tuning:
     #: is below 1e-6 of its peak uncapped, 2.0% capped (0.3% unlowered); on the black-box
     #: PDE (d = 20, cap 6.3 nats) the cap changes almost nothing (the longest expected stay
     #: at a posterior draw, over 40 fits: 62 draws against 57 uncapped and 617 unlowered).
-    #: Measured with it: the banana at 3.3 evaluations per min ESS (6.25 unlowered), the PDE
+    #: Measured with it: the banana at 2.97 evaluations per min ESS (6.25 unlowered), the PDE
     #: line above at 20 of 20 for SurrogateHMC and for Adaptive (seeds 137-156).
     draw_bound_cap: float = 2.0
     # --- coverage (coverage.py)
