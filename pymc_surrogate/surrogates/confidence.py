@@ -41,6 +41,9 @@ class QuadraticConfidence:
         else:  # "isotropic" (one term |x|^2 / 2) or "none"
             self._rows = self._cols = None
         self._halved = None if self._rows is None else self._rows == self._cols
+        if self._rows is not None:  # the x_i x_j with i < j (derivative in both i and j)
+            self._off = ~self._halved
+            self._off_rows, self._off_cols = self._rows[self._off], self._cols[self._off]
 
     @classmethod
     def fit(cls, positions: np.ndarray, potentials: np.ndarray, weights: np.ndarray,
@@ -77,10 +80,8 @@ class QuadraticConfidence:
         weights = c_phi[1 + dim:]
         grad_x = c_phi[1:1 + dim].copy()
         if self._rows is not None:  # d(x_i x_j) = x_j dx_i + x_i dx_j; d(x_i^2 / 2) = x_i dx_i
-            off = ~self._halved
-            grad_x += np.bincount(self._rows, weights * np.where(off, x[self._cols], x[self._rows]),
-                                  minlength=dim)
-            grad_x += np.bincount(self._cols[off], weights[off] * x[self._rows[off]],
+            grad_x += np.bincount(self._rows, weights * x[self._cols], minlength=dim)
+            grad_x += np.bincount(self._off_cols, weights[self._off] * x[self._off_rows],
                                   minlength=dim)
         elif quadratic == "isotropic":
             grad_x += weights[0] * x

@@ -32,4 +32,3 @@ def test_narrow_tuning_states_do_not_become_the_metric(monkeypatch):
                   progressbar=False, compute_convergence_checks=False)
     ratios = np.linalg.eigvalsh(whiten @ metrics[0] @ whiten.T)
     assert 0.2 < ratios.min() and ratios.max() < 5.0, ratios
-
