@@ -31,19 +31,6 @@ class QuadraticConfidence:
         self.polynomial = polynomial
         self.covariance = covariance
         self._inv_chol = whitening.inverse_chol()
-        # sd_and_grad runs at every leapfrog step of the draws: the quadratic terms'
-        # index pairs once here, not per call (PolynomialFeatures builds them per call).
-        dim = polynomial.dim
-        if polynomial.quadratic == "full":
-            self._rows, self._cols = np.triu_indices(dim)
-        elif polynomial.quadratic == "diagonal":
-            self._rows = self._cols = np.arange(dim)
-        else:  # "isotropic" (one term |x|^2 / 2) or "none"
-            self._rows = self._cols = None
-        self._halved = None if self._rows is None else self._rows == self._cols
-        if self._rows is not None:  # the x_i x_j with i < j (derivative in both i and j)
-            self._off = ~self._halved
-            self._off_rows, self._off_cols = self._rows[self._off], self._cols[self._off]
 
     @classmethod
     def fit(cls, positions: np.ndarray, potentials: np.ndarray, weights: np.ndarray,
@@ -66,25 +53,11 @@ class QuadraticConfidence:
     def sd_and_grad(self, q: np.ndarray) -> tuple[float, np.ndarray]:
         """The predictive sd at one position and its gradient in ``q``."""
         x = self._inv_chol @ (q - self.whitening.mean)
-        dim, quadratic = x.size, self.polynomial.quadratic
-        # phi = (1, x, quadratic terms) as PolynomialFeatures.values: x_i x_j, x_i^2 / 2
-        if self._rows is not None:
-            terms = x[self._rows] * x[self._cols]
-            terms[self._halved] *= 0.5
-        else:
-            terms = np.array([0.5 * x @ x]) if quadratic == "isotropic" else np.empty(0)
-        phi = np.concatenate(([1.0], x, terms))
+        phi = self.polynomial.values(x[None])[0]
         c_phi = self.covariance @ phi
         sd = float(np.sqrt(max(phi @ c_phi, 1e-300)))
-        # d sd / dx = J^T C phi / sd, J = d phi / dx; then dx/dq = L^{-1}
-        weights = c_phi[1 + dim:]
-        grad_x = c_phi[1:1 + dim].copy()
-        if self._rows is not None:  # d(x_i x_j) = x_j dx_i + x_i dx_j; d(x_i^2 / 2) = x_i dx_i
-            grad_x += np.bincount(self._rows, weights * x[self._cols], minlength=dim)
-            grad_x += np.bincount(self._off_cols, weights[self._off] * x[self._off_rows],
-                                  minlength=dim)
-        elif quadratic == "isotropic":
-            grad_x += weights[0] * x
+        # d sd / dx = J^T C phi / sd, J = d phi / dx, and J^T c = d(c . phi) / dx; dx/dq = L^{-1}
+        grad_x = self.polynomial.coef_gradient(c_phi, x)
         return sd, self._inv_chol.T @ (grad_x / sd)
 
     def lower(self, field, kappa: float, cap: float = np.inf):

@@ -8,6 +8,7 @@ problem (each point gives d + 1 equations when the model has gradients).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from scipy.special import expit
@@ -43,23 +44,32 @@ class PolynomialFeatures:
                 f"got {self.quadratic!r}."
             )
 
-    @property
+    @cached_property
     def size(self) -> int:
         return polynomial_size(self.dim, self.quadratic)
 
+    @cached_property
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The full level's ``(i, j)``, ``i <= j``, and each term's factor (1/2 for
+        ``x_i^2``): built once, as the surrogates' draws evaluate one point at a time."""
+        rows, cols = np.triu_indices(self.dim)
+        return rows, cols, np.where(rows == cols, 0.5, 1.0)
+
     def values(self, x: np.ndarray) -> np.ndarray:
         n, d = x.shape
-        blocks = [np.ones((n, 1)), x]
+        out = np.empty((n, self.size))
+        out[:, 0] = 1.0
+        out[:, 1:1 + d] = x
+        quadratic = out[:, 1 + d:]
         if self.quadratic == "isotropic":
-            blocks.append(0.5 * np.sum(x**2, axis=1, keepdims=True))
+            quadratic[:, 0] = 0.5 * (x * x).sum(axis=1)
         elif self.quadratic == "diagonal":
-            blocks.append(0.5 * x**2)
+            np.multiply(0.5 * x, x, out=quadratic)
         elif self.quadratic == "full":
-            rows, cols = np.triu_indices(d)
-            prod = x[:, rows] * x[:, cols]
-            prod[:, rows == cols] *= 0.5
-            blocks.append(prod)
-        return np.hstack(blocks)
+            rows, cols, factor = self._pairs
+            np.multiply(x[:, rows], x[:, cols], out=quadratic)
+            quadratic *= factor
+        return out
 
     def gradients(self, x: np.ndarray) -> np.ndarray:
         n, d = x.shape
@@ -71,13 +81,32 @@ class PolynomialFeatures:
         elif self.quadratic == "diagonal":
             out[:, np.arange(d), start + np.arange(d)] = x
         elif self.quadratic == "full":
-            rows, cols = np.triu_indices(d)
+            rows, cols, _ = self._pairs
             k = start + np.arange(rows.size)
             # d(x_i x_j)/dx_i = x_j and d(x_i x_j)/dx_j = x_i; the diagonal terms are
             # x_i^2 / 2, whose derivative x_i the two assignments below give once.
             out[:, rows, k] = x[:, cols]
             out[:, cols, k] = x[:, rows]
         return out
+
+    def coef_gradient(self, coef: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """``d(coef . phi(x)) / dx`` at one position ``x`` (d,): the linear coefficients
+        plus ``A x``, ``A`` the ``quadratic_matrix`` of ``coef``, without building ``A``
+        (a surrogate's draws ask for it at every leapfrog step)."""
+        d = self.dim
+        grad = coef[1:1 + d].copy()
+        quad = coef[1 + d:self.size]
+        if self.quadratic == "isotropic":
+            grad += quad[0] * x
+        elif self.quadratic == "diagonal":
+            grad += quad * x
+        elif self.quadratic == "full":
+            # x_i x_j gives x_j to i and x_i to j; x_i^2 / 2 (factor 1/2) gives x_i to i.
+            rows, cols, factor = self._pairs
+            weights = quad * factor
+            grad += np.bincount(rows, weights * x[cols], minlength=d)
+            grad += np.bincount(cols, weights * x[rows], minlength=d)
+        return grad
 
     def quadratic_matrix(self, coef: np.ndarray) -> np.ndarray:
         """The symmetric ``A`` with quadratic part ``x^T A x / 2`` for coefficients ``coef``."""
@@ -89,7 +118,7 @@ class PolynomialFeatures:
             return quad[0] * np.eye(d)
         if self.quadratic == "diagonal":
             return np.diag(quad)
-        rows, cols = np.triu_indices(d)
+        rows, cols, _ = self._pairs
         mat = np.zeros((d, d))
         mat[rows, cols] = quad
         mat[cols, rows] = quad
@@ -103,7 +132,8 @@ class PolynomialFeatures:
             return np.array([np.mean(np.diag(mat))])
         if self.quadratic == "diagonal":
             return np.diag(mat).copy()
-        return mat[np.triu_indices(self.dim)].copy()
+        rows, cols, _ = self._pairs
+        return mat[rows, cols]
 
 
 @dataclass(frozen=True)
