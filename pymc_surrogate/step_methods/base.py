@@ -10,6 +10,7 @@ learns from), ``exploration.py``, ``refit.py``, ``corrections.py``, ``heavy_tail
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from typing import Any
@@ -40,6 +41,7 @@ from pymc_surrogate.step_methods.health import ChainHealth
 from pymc_surrogate.step_methods.heavy_tails import TailJumps
 from pymc_surrogate.step_methods.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.mass_matrix import MassMatrix
+from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.step_methods.refit import Refits
 from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, gradient_setting
 from pymc_surrogate.step_methods.surrogate_tuning import SurrogateTuning
@@ -60,7 +62,7 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Exploration, TailJumps,
+class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Exploration,
                     ChainHealth, SharedEvaluations, SurrogateTuning, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
@@ -117,7 +119,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
         self.path_length = path_length
         self.dense_mass = dense_mass
         self.max_energy_error = max_energy_error
-        self.tail_jumps = tail_jumps if tail_jumps == "auto" else float(tail_jumps)
+        self.tails = TailJumps(tail_jumps, self.dim, self.tuning)
         self.explore_steps = (
             self._default_explore_steps() if explore_steps == "auto" else int(explore_steps)
         )
@@ -180,6 +182,13 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
 
     def reset_tuning(self, start=None):
         self.chain = self._new_chain()
+        for part in self._parts():
+            part.reset()
+
+    def _parts(self):
+        """The parts that own a chain's state (``part.py``)."""
+        return [getattr(self, f.name) for f in dataclasses.fields(self._state_class)
+                if isinstance(getattr(self, f.name, None), ChainPart)]
 
     def set_rng(self, rng):
         """PyMC 5: ``pm.sample`` hands each chain its own generator before it starts."""
@@ -210,6 +219,18 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
         if tuned_length is not None:  # the final fit restarted the length at the full path
             self._choose_draw_length(chain, tuned_length)
 
+    def _choose_tail_jumps(self, chain: ChainState) -> None:
+        """The draws' tail jumps, measured on the final fit (``heavy_tails.py``)."""
+        states, potentials = self._late_tuning_states(chain)
+        # Not training data: AdaptiveSurrogateHMC would learn from them in the draws.
+        message = self.tails.choose(
+            states, potentials, chain.whitening, self._surrogate_field(chain),
+            lambda q: self._evaluate(chain, q, with_grad=False, record=False).potential,
+            self.rng, stalled=chain.explore.probability > 0,
+        )
+        if message:
+            self._warn(chain, WarningType.CONVERGENCE, message, level="info")
+
     def _suggested_tune(self) -> int:
         """Tuning iterations after which a surrogate is usually fitted and refined."""
         return int(max(1000, 2 * self.explore_steps))
@@ -236,11 +257,11 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
 
         # 1. the phase, 2. its kernel
         exploring = self._explores_now(chain)
-        jumping = not exploring and self._jumps_now(chain)
+        jumping = not exploring and self.tails.now(chain.frozen, self.rng)
         if jumping:
             info = independence_transition(
                 current, lambda q: self._evaluate(chain, q, with_grad=False),
-                chain.tails.jumps, self.rng,
+                self.tails.jumps, self.rng,
             )
         elif exploring:
             info = self._explore_step(chain, current)

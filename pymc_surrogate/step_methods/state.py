@@ -15,12 +15,11 @@ from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_surrogate.core.tail_jumps import CauchyJumps, TailJumpCheck
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "TailState", "OnlineState", "HealthRecord", "CoverageState", "CheckState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "OnlineState", "HealthRecord", "CoverageState", "CheckState", "SurrogateStepState"]
 
 
 @dataclass
@@ -71,15 +70,6 @@ class CheckState:
     last_error: float | None = None  # U - U~ at the last checked state
     last_good: ChainPoint | None = None  # the last state known inside the support
     left: bool = False  # the checks found the surrogate poor: tuning is exact from then on
-
-
-@dataclass
-class TailState:
-    """Tail jumps in the draws (heavy_tails.py)."""
-
-    jumps: CauchyJumps | None = None
-    probability: float = 0.0
-    check: TailJumpCheck | None = None
 
 
 @dataclass
@@ -148,7 +138,6 @@ class ChainState:
     fits: FitSchedule = field(default_factory=FitSchedule)
     explore: ExploreState = field(default_factory=ExploreState)
     checks: CheckState = field(default_factory=CheckState)
-    tails: TailState = field(default_factory=TailState)
     health: HealthRecord = field(default_factory=HealthRecord)
     online: OnlineState = field(default_factory=OnlineState)
     coverage: CoverageState = field(default_factory=CoverageState)
@@ -161,3 +150,4 @@ class ChainState:
 class SurrogateStepState(StepMethodState):
     tune: bool
     chain: Any
+    tails: Any

@@ -437,7 +437,7 @@ def test_light_tails_get_no_tail_jumps_after_a_check_outside_the_draws(cls):
                - idata.warmup_sample_stats.training_size.values[:, -1])
     assert np.all(learned <= 1), learned  # at most the first draw's own proposal
     assert not idata.sample_stats.tail_jump.values.any()
-    assert not step.chain.tails.check.worthwhile
+    assert not step.tails.check.worthwhile
 
 
 def test_student_t_tails_get_tail_jumps_in_the_draws_only():
@@ -462,7 +462,7 @@ def test_a_fixed_tail_jump_share_skips_the_check():
         step = SurrogateHMC(tail_jumps=0.3)
         idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 500})
     assert np.all(_evaluations_between_tuning_and_draws(idata) == 0)
-    assert step.chain.tails.check is None
+    assert step.tails.check is None
     share = idata.sample_stats.tail_jump.values.mean()
     assert abs(share - 0.3) < 4 * np.sqrt(0.3 * 0.7 / idata.sample_stats.tail_jump.size)
 
@@ -490,7 +490,7 @@ def test_a_model_that_raises_at_a_trial_gets_no_tail_jumps():
         step = _FailsFarFromTheData()
         idata = pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 200})
     assert not idata.sample_stats.tail_jump.values.any()
-    assert step.chain.tails.check is None and step.chain.tails.probability == 0
+    assert step.tails.check is None and step.tails.probability == 0
 
 
 class _SteepMisplacedSurrogateHMC(_MisplacedSurrogateHMC):
