@@ -62,7 +62,7 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Exploration,
+class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration,
                     ChainHealth, SharedEvaluations, SurrogateTuning, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
@@ -137,7 +137,15 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
         self.store = make_store(store, owner)
         self._bind_store(model, vars, store)
         self._note_warm_store()
+        self.draw_bound = DrawBound(
+            self.lowers_black_box_draws and not self.has_gradient
+            and self.correction == "surrogate_transition" and self.context.dim == 0,
+            self.dim, self.tuning,
+        )
         self.chain = self._new_chain()
+
+    #: Whether this step's draws lower a black box's surrogate (SurrogateHMC's family).
+    lowers_black_box_draws = False
 
     def _model_functions(self, model, vars, initial_point, use_gradient, compile_kwargs):
         """The compiled true model; ``use_gradient="finite_difference"``: central
@@ -230,6 +238,17 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
         )
         if message:
             self._warn(chain, WarningType.CONVERGENCE, message, level="info")
+
+    def _choose_draw_bound(self, chain: ChainState) -> None:
+        """The draws' lowering of a black box's surrogate, from the final fit's data."""
+        if not self.draw_bound.enabled or chain.surrogate is None:
+            return
+        keep = self._relevant(chain)
+        potentials = chain.training.potentials[keep]
+        self.draw_bound.choose(
+            chain.surrogate, chain.training.positions[keep], potentials,
+            self.policy.weights(potentials, float(potentials.min()), self.dim),
+        )
 
     def _suggested_tune(self) -> int:
         """Tuning iterations after which a surrogate is usually fitted and refined."""

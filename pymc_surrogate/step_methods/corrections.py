@@ -70,7 +70,7 @@ class Corrections:
         good = len(recent) == recent.maxlen and np.mean(recent) >= self.tuning.good_acceptance
         # A black box's lowered surrogate (draw_bound.py) was measured with them.
         if (self.n_inner == "auto" and self.correction == "surrogate_transition"
-                and (good or chain.draw_bound is not None)):
+                and (good or self.draw_bound.bound is not None)):
             chain.inner_transitions = self.tuning.inner_transitions
 
     def _use_surrogate(self, chain: ChainState, surrogate) -> None:

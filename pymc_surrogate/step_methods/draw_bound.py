@@ -15,38 +15,58 @@ black-box banana's lowered surrogate put most of its mass where the posterior ha
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any, Callable
 
-from pymc_surrogate.step_methods.state import ChainState
+import numpy as np
+from pymc.step_methods.state import DataClassState, dataclass_state
+
+from pymc_surrogate.step_methods.defaults import Tuning
+from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.surrogates.confidence import QuadraticConfidence
 
 __all__ = ["DrawBound"]
 
 
-class DrawBound:
-    """Mixin of ``SurrogateStep``: the lower confidence bound the draws run on."""
+@dataclass_state
+class DrawBoundState(DataClassState):
+    bound: Any = None  # the draws' QuadraticConfidence (None: the draws are not lowered)
 
-    #: Whether this step's draws lower a black box's surrogate (SurrogateHMC's family).
-    lowers_black_box_draws = False
 
-    def _choose_draw_bound(self, chain: ChainState) -> None:
-        """When tuning ends: the confidence of a quadratic fit to the final fit's data."""
-        if not (self.lowers_black_box_draws and not self.has_gradient
-                and self.correction == "surrogate_transition" and chain.surrogate is not None
-                and chain.training.context_dim == 0):  # (a block of a compound step: no)
-            return
-        keep = self._relevant(chain)
-        potentials = chain.training.potentials[keep]
-        polynomial = getattr(chain.surrogate, "polynomial_", None)
-        chain.draw_bound = QuadraticConfidence.fit(
-            chain.training.positions[keep], potentials,
-            self.policy.weights(potentials, float(potentials.min()), self.dim),
+class DrawBound(ChainPart):
+    """The lower confidence bound a black box's draws run on.
+
+    Parameters
+    ----------
+    enabled : bool
+        Whether this step lowers its draws' surrogate: a black box's, corrected by the
+        surrogate transition, Euclidean, not a block of a compound step.
+    dim : int
+        The block's dimension.
+    tuning : Tuning
+        ``draw_bound_kappa`` and ``draw_bound_cap``.
+    """
+
+    _state_class = DrawBoundState
+
+    def __init__(self, enabled: bool, dim: int, tuning: Tuning):
+        self.enabled = enabled
+        self.dim = dim
+        self.tuning = tuning
+        self.reset()
+
+    def choose(self, surrogate, positions: np.ndarray, potentials: np.ndarray,
+               weights: np.ndarray) -> None:
+        """When tuning ends: the confidence of a quadratic fit to the final fit's data
+        (``positions``, ``potentials``, ``weights``: what that fit learnt from)."""
+        polynomial = getattr(surrogate, "polynomial_", None)
+        self.bound = QuadraticConfidence.fit(
+            positions, potentials, weights,
             quadratic=getattr(polynomial, "quadratic", "full"),
         )
 
-    def _bounded(self, chain: ChainState, field):
-        """``field`` lowered by the chain's bound in the draws (unchanged otherwise)."""
-        if not chain.frozen or chain.draw_bound is None:
+    def lower(self, field: Callable, frozen: bool) -> Callable:
+        """``field`` lowered by the bound in the draws (unchanged otherwise)."""
+        if not frozen or self.bound is None:
             return field
         cap = self.tuning.draw_bound_cap * np.sqrt(self.dim / 2)
-        return chain.draw_bound.lower(field, self.tuning.draw_bound_kappa, cap)
+        return self.bound.lower(field, self.tuning.draw_bound_kappa, cap)

@@ -328,6 +328,7 @@ class Refits:
         current context, at the temperature that makes it cover the posterior
         (coverage.py), in a black box's draws lowered where its data thin out
         (draw_bound.py)."""
-        return self._bounded(
-            chain, tempered(self.context.field(chain.surrogate), chain.coverage.temperature)
+        return self.draw_bound.lower(
+            tempered(self.context.field(chain.surrogate), chain.coverage.temperature),
+            chain.frozen,
         )

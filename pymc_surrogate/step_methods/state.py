@@ -120,7 +120,6 @@ class ChainState:
     exact_metric: Any = None
     exact_step_adapt: DualAverageAdaptation | None = None
     inner_transitions: int = 1  # corrections.py: surrogate transitions a draw (n_inner="auto")
-    draw_bound: Any = None  # draw_bound.py: the draws' QuadraticConfidence (None: none)
     current: ChainPoint | None = None  # with its true logp, cached
     current_key: bytes | None = None
     current_approximate: bool = False  # current's potential is the surrogate's (surrogate_tuning.py)
@@ -151,3 +150,4 @@ class SurrogateStepState(StepMethodState):
     tune: bool
     chain: Any
     tails: Any
+    draw_bound: Any
