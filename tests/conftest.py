@@ -1,5 +1,7 @@
 """Shared fixtures: models with known posteriors (moment checks: ``tests.reliability.helpers``)."""
 
+import dataclasses
+
 import arviz as az
 from threadpoolctl import threadpool_limits
 
@@ -72,3 +74,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "reliability" in item.path.parts:
             item.add_marker(pytest.mark.reliability)
+
+
+def with_tuning(step_class, **changes):
+    """``step_class`` with some of its tuning constants changed (fixed when a step is made:
+    its parts keep them)."""
+    tuning = dataclasses.replace(step_class.tuning, **changes)
+    return type(step_class.__name__, (step_class,), {"tuning": tuning})

@@ -62,7 +62,7 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration,
+class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
                     ChainHealth, SharedEvaluations, SurrogateTuning, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
@@ -137,6 +137,13 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration,
         self.store = make_store(store, owner)
         self._bind_store(model, vars, store)
         self._note_warm_store()
+        measures = self._measures_coverage()
+        self.coverage = Coverage(
+            measures,
+            not self.has_gradient and self.tuning.tune_tempering > 0 and measures
+            and self.policy.source == "evaluations",
+            self.dim, self.tuning,
+        )
         self.draw_bound = DrawBound(
             self.lowers_black_box_draws and not self.has_gradient
             and self.correction == "surrogate_transition" and self.context.dim == 0,
@@ -250,6 +257,25 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration,
             self.policy.weights(potentials, float(potentials.min()), self.dim),
         )
 
+    def _tuning_now(self, chain: ChainState) -> bool:
+        """Whether the chain is in tuning and still adapting."""
+        return self.tune and not chain.frozen
+
+    def _measures_coverage(self) -> bool:
+        """Whether coverage applies (``coverage.py``): the surrogate is the whole
+        model's (a compound step's block has evaluations at other contexts)."""
+        return self.context.dim == 0
+
+    def _choose_coverage(self, chain: ChainState) -> None:
+        """The temperature of the surrogate just fitted (no model evaluation)."""
+        keep = self._relevant(chain)
+        message = self.coverage.choose(
+            self.context.field(chain.surrogate), chain.training.positions[keep],
+            chain.training.potentials[keep], self.tune,
+        )
+        if message:
+            self._warn(chain, WarningType.CONVERGENCE, message)
+
     def _suggested_tune(self) -> int:
         """Tuning iterations after which a surrogate is usually fitted and refined."""
         return int(max(1000, 2 * self.explore_steps))
@@ -347,7 +373,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, Exploration,
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
             "warning": warning,
-            **self._coverage_stats(chain, surrogate_step=not (exploring or jumping)),
+            **self.coverage.stats(not (exploring or jumping), self._tuning_now(chain)),
             **self._extra_stats(chain),
         }
         return RaveledVars(chain.current.q, q0.point_map_info), [stats]

@@ -37,8 +37,8 @@ class Corrections:
         with_grad = self.has_gradient and not chain.frozen
         step_size = chain.step_adapt.current(self.tune and not chain.frozen)
         field = self._surrogate_field(chain)
-        if self._tempers_now(chain):  # tuning only (coverage.py)
-            field = tempered(field, self._tuning_temperature())
+        if self.coverage.tempers(self._tuning_now(chain)):  # tuning only (coverage.py)
+            field = tempered(field, self.coverage.tuning_temperature)
         current, evaluate = self._model_or_surrogate(chain, current, with_grad, record, field)
         if self.correction == "hamiltonian":
             return surrogate_hmc_transition(

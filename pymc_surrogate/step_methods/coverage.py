@@ -14,19 +14,21 @@ above 8 on the evaluations, which reach past the posterior's bulk). The surrogat
 tempered, ``U~ / T``, at the smallest ``T`` of ``Tuning.coverage_temperatures`` that brings
 ``k`` to ``Tuning.coverage_khat``; exact at any ``T`` (the inner kernels leave
 ``exp(-U~/T)`` invariant and the test uses the same ``U~/T``). Chosen at every fit in
-tuning, fixed in the draws. A defensive mixture component was measured and left out
-(docs/design.md, "Coverage").
+tuning, fixed in the draws. A defensive mixture component was measured and left out.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
-from pymc.stats.convergence import WarningType
+from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.compat import pareto_khat
-from pymc_surrogate.step_methods.state import ChainState, CoverageState
+from pymc_surrogate.step_methods.defaults import Tuning
+from pymc_surrogate.step_methods.part import ChainPart
 
-__all__ = ["Coverage", "CoverageState", "tempered"]
+__all__ = ["Coverage", "tempered"]
 
 
 def tempered(field, temperature: float):
@@ -42,10 +44,40 @@ def tempered(field, temperature: float):
     return value_and_grad
 
 
-class Coverage:
-    """Mixin of ``SurrogateStep``: measure each new surrogate's coverage and temper it."""
+@dataclass_state
+class CoverageState(DataClassState):
+    temperature: float = 1.0  # the surrogate's, chosen at each fit
+    khat: float = np.nan  # at temperature 1: how narrow the fit itself is
+    tempered_khat: float = np.nan  # at the chosen temperature
 
-    def _tempers_now(self, chain: ChainState) -> bool:
+
+class Coverage(ChainPart):
+    """Each new surrogate's coverage of the posterior, and the temperature that makes it cover.
+
+    Parameters
+    ----------
+    measures : bool
+        Whether coverage applies: the surrogate is the whole model's (a compound step's
+        block has evaluations at other contexts) and the draws are corrected.
+    tempers_tuning : bool
+        Whether the surrogate steps of tuning run tempered (a black box learnt from its
+        evaluations; see ``tempers``).
+    dim : int
+        The block's dimension.
+    tuning : Tuning
+        ``coverage*`` and ``tune_tempering``.
+    """
+
+    _state_class = CoverageState
+
+    def __init__(self, measures: bool, tempers_tuning: bool, dim: int, tuning: Tuning):
+        self.measures = measures
+        self.tempers_tuning = tempers_tuning
+        self.dim = dim
+        self.tuning = tuning
+        self.reset()
+
+    def tempers(self, tuning_now: bool) -> bool:
         """Whether a surrogate step now runs tempered, ``U~ / T_tune`` (in tuning only).
 
         A surrogate is fitted to what the chain evaluated, and the chain evaluates only
@@ -64,37 +96,34 @@ class Coverage:
         (``surrogate_tuning.py``) the chain samples ``U~ / T`` itself, and the states it
         evaluates reach as far.
         """
-        return self.tune and not chain.frozen and self._tempers_tuning()
+        return tuning_now and self.tempers_tuning
 
-    def _tempers_tuning(self) -> bool:
-        """Whether this step tempers its surrogate steps in tuning (and refits at
-        ``Tuning.tempered_refit_growth``): a black box, learnt from its evaluations."""
-        return (not self.has_gradient and self.tuning.tune_tempering > 0
-                and self._measures_coverage() and self.policy.source == "evaluations")
-
-    def _tuning_temperature(self) -> float:
+    @property
+    def tuning_temperature(self) -> float:
         """``T_tune = 1 + tune_tempering / d``: the tempered typical set about
         ``tune_tempering / 2`` nats above the posterior's, so the test still accepts."""
         return 1.0 + self.tuning.tune_tempering / self.dim
 
-    def _measures_coverage(self) -> bool:
-        """Whether coverage applies: the surrogate is the whole model's (a compound step's
-        block has evaluations at other contexts) and the draws are corrected."""
-        return self.context.dim == 0
+    def temperature_now(self, tuning_now: bool) -> float:
+        """The temperature a surrogate step runs at now."""
+        if self.tempers(tuning_now):
+            return self.temperature * self.tuning_temperature
+        return self.temperature
 
-    def _choose_coverage(self, chain: ChainState) -> None:
-        """Set ``chain.coverage`` for the surrogate just fitted (no model evaluation)."""
-        chain.coverage = CoverageState()
-        if not (self.tuning.coverage and self._measures_coverage()):
-            return
-        keep = self._relevant(chain)
-        if len(keep) < self.tuning.coverage_min_points:
-            return
-        points, potentials = chain.training.positions[keep], chain.training.potentials[keep]
-        field = self.context.field(chain.surrogate)
+    def choose(self, field: Callable, points: np.ndarray, potentials: np.ndarray,
+               tune: bool) -> str | None:
+        """The temperature for the surrogate ``field`` just fitted, from the evaluations
+        near the typical set (``points``, their true ``potentials``; no model evaluation).
+        Returns a warning for the draws' fit when even the hottest temperature leaves it
+        narrower than the posterior."""
+        self.reset()
+        if not (self.tuning.coverage and self.measures):
+            return None
+        if len(points) < self.tuning.coverage_min_points:
+            return None
         fitted = np.array([field(q)[0] for q in points])
         if not np.all(np.isfinite(fitted)):
-            return
+            return None
         khat = None  # at the first temperature tried (1): the fit's own narrowness
         for temperature in self.tuning.coverage_temperatures:
             tempered_khat = pareto_khat(fitted / temperature - potentials)
@@ -102,21 +131,18 @@ class Coverage:
             # NaN: PSIS fitted no tail (weights of a few distinct values): no evidence
             if not tempered_khat > self.tuning.coverage_khat:
                 break
-        chain.coverage = CoverageState(temperature, khat, tempered_khat)
-        if not self.tune and tempered_khat > self.tuning.coverage_khat:  # NaN: never
-            self._warn(
-                chain, WarningType.CONVERGENCE,
-                f"the surrogate is narrower than the posterior where a chain has evaluated "
-                f"the model: the Pareto k of its weights exp(U~ - U) is {tempered_khat:.2f} "
-                f"even tempered at T = {temperature:g} (above {self.tuning.coverage_khat}; "
-                "stats `coverage_khat`, `surrogate_temperature`). The draws are exact but "
-                "may visit the tails too rarely: check R-hat, ESS and the tails, or "
-                "increase `tune`.",
-            )
+        self.temperature, self.khat, self.tempered_khat = temperature, khat, tempered_khat
+        if tune or not tempered_khat > self.tuning.coverage_khat:  # NaN: never
+            return None
+        return (
+            f"the surrogate is narrower than the posterior where a chain has evaluated "
+            f"the model: the Pareto k of its weights exp(U~ - U) is {tempered_khat:.2f} "
+            f"even tempered at T = {temperature:g} (above {self.tuning.coverage_khat}; "
+            "stats `coverage_khat`, `surrogate_temperature`). The draws are exact but "
+            "may visit the tails too rarely: check R-hat, ESS and the tails, or "
+            "increase `tune`."
+        )
 
-    def _coverage_stats(self, chain: ChainState, surrogate_step: bool) -> dict[str, float]:
-        temperature = chain.coverage.temperature
-        if surrogate_step and self._tempers_now(chain):
-            temperature *= self._tuning_temperature()
-        return {"surrogate_temperature": temperature,
-                "coverage_khat": chain.coverage.khat}
+    def stats(self, surrogate_step: bool, tuning_now: bool) -> dict[str, float]:
+        temperature = self.temperature_now(tuning_now) if surrogate_step else self.temperature
+        return {"surrogate_temperature": temperature, "coverage_khat": self.khat}

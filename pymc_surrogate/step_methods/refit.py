@@ -162,7 +162,7 @@ class Refits:
         """Fits (and retries after a failed one) at geometrically spaced iterations."""
         if chain.fits.last_iteration == 0:
             return True
-        growth = (self.tuning.tempered_refit_growth if self._tempers_tuning()
+        growth = (self.tuning.tempered_refit_growth if self.coverage.tempers_tuning
                   else self.tuning.refit_growth)
         return chain.iteration + 1 >= growth * chain.fits.last_iteration + self.tuning.refit_offset
 
@@ -192,7 +192,7 @@ class Refits:
         refit schedule. It never ends the run.
         """
         kept = (chain.surrogate, chain.learner, chain.metric, chain.step_adapt,
-                chain.path_adapt, chain.whitening, chain.coverage)
+                chain.path_adapt, chain.whitening, self.coverage.sampling_state)
         self._read_shared(chain)
         try:
             chain.whitening = self._posterior_scale(chain, dense=True)
@@ -207,7 +207,7 @@ class Refits:
             self._adapt_to_surrogate(chain, chain_scale, warm_up)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
             (chain.surrogate, chain.learner, chain.metric, chain.step_adapt,
-             chain.path_adapt, chain.whitening, chain.coverage) = kept
+             chain.path_adapt, chain.whitening, self.coverage.sampling_state) = kept
             # Try again on the refit schedule, not at every iteration.
             chain.counts.failed_fits += 1
             chain.fits.last_iteration = chain.iteration + 1
@@ -329,6 +329,6 @@ class Refits:
         (coverage.py), in a black box's draws lowered where its data thin out
         (draw_bound.py)."""
         return self.draw_bound.lower(
-            tempered(self.context.field(chain.surrogate), chain.coverage.temperature),
+            tempered(self.context.field(chain.surrogate), self.coverage.temperature),
             chain.frozen,
         )

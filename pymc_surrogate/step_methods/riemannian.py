@@ -80,9 +80,7 @@ class RiemannianTrajectories:
         if not self._riemannian:
             return super()._surrogate_step(chain, current, record)
         with_grad = self.has_gradient and not chain.frozen
-        temperature = chain.coverage.temperature
-        if self._tempers_now(chain):  # tuning only (coverage.py)
-            temperature *= self._tuning_temperature()
+        temperature = self.coverage.temperature_now(self._tuning_now(chain))
         field = self._riemann_field(chain, temperature)
         current, evaluate = self._model_or_surrogate(chain, current, with_grad, record, field)
         result = riemannian_surrogate_transition(
@@ -129,7 +127,7 @@ class RiemannianTrajectories:
         """
         adapt = self._step_size_adaptation(chain.step_adapt.current(False))
         frame = self._riemann_frame(chain)
-        field = in_frame(self._riemann_field(chain, chain.coverage.temperature), frame,
+        field = in_frame(self._riemann_field(chain, self.coverage.temperature), frame,
                          self._diagonal)
         start = chain.current.q if chain.current is not None else fallback_start
         geom = geometry(frame.to_white(start), field, self.softabs_alpha)

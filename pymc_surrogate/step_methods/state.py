@@ -19,7 +19,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "OnlineState", "HealthRecord", "CoverageState", "CheckState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "OnlineState", "HealthRecord", "CheckState", "SurrogateStepState"]
 
 
 @dataclass
@@ -97,15 +97,6 @@ class HealthRecord:
     told: frozenset = frozenset()  # symptoms already warned about
 
 
-@dataclass(frozen=True)
-class CoverageState:
-    """The surrogate's temperature and the Pareto k of its weights (coverage.py)."""
-
-    temperature: float = 1.0
-    khat: float = np.nan  # at temperature 1: how narrow the fit itself is
-    tempered_khat: float = np.nan  # at the chosen temperature
-
-
 @dataclass
 class ChainState:
     """One chain's state: kernel adaptation, the chain, the surrogate, and the groups."""
@@ -139,7 +130,6 @@ class ChainState:
     checks: CheckState = field(default_factory=CheckState)
     health: HealthRecord = field(default_factory=HealthRecord)
     online: OnlineState = field(default_factory=OnlineState)
-    coverage: CoverageState = field(default_factory=CoverageState)
     # Warnings for the next draws' `warning` stat: PyMC logs that stat in the parent process
     # with any `cores`, where a warnings.warn in a worker process would be lost.
     pending_warnings: deque = field(default_factory=deque)
@@ -151,3 +141,4 @@ class SurrogateStepState(StepMethodState):
     chain: Any
     tails: Any
     draw_bound: Any
+    coverage: Any

@@ -3,7 +3,6 @@ the Pareto k of its weights and tempered until it covers; one that covers is not
 
 from __future__ import annotations
 
-import dataclasses
 
 import arviz as az
 import numpy as np
@@ -11,9 +10,8 @@ import pytest
 
 from benchmarks.real_posteriors import tail_band
 from pymc_surrogate import SurrogateHMC
-from pymc_surrogate.step_methods.coverage import tempered
-from pymc_surrogate.step_methods.state import CoverageState
-from tests.conftest import gaussian_model
+from pymc_surrogate.step_methods.coverage import Coverage, tempered
+from tests.conftest import gaussian_model, with_tuning
 from tests.reliability.broken import narrow_surrogate
 from tests.reliability.helpers import SEED, check_moments, sample
 
@@ -40,14 +38,13 @@ class _Gaussian:
         return float(q @ q / (2 * self.sd**2) + self.wiggle * np.sin(3 * q[0])), grad
 
 
-def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> CoverageState:
+def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> Coverage:
     """The coverage a step measures for a surrogate of sd ``sd`` on N(0, I), d = 2, from
     500 tuning states and the 1000 evaluations a black-box exploration would make (its
     proposals spread 1.5 times the posterior)."""
     rng = np.random.default_rng([SEED, seed])
     with gaussian_model(np.zeros(2), np.eye(2), black_box=True):
-        step = SurrogateHMC()
-    step.tuning = dataclasses.replace(step.tuning, coverage=True)
+        step = with_tuning(SurrogateHMC, coverage=True)()
     chain = step.chain
     for q in 1.5 * rng.standard_normal((1000, 2)):
         chain.training.append(q, 0.5 * q @ q, None)
@@ -56,7 +53,7 @@ def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> CoverageState:
         chain.position_potentials.append(0.5 * q @ q)
     chain.surrogate = _Gaussian(sd, wiggle)
     step._choose_coverage(chain)
-    return chain.coverage
+    return step.coverage
 
 
 def test_a_narrow_surrogate_is_flagged_and_tempered():
@@ -91,11 +88,11 @@ def _right(idata) -> bool:
 
 
 def _narrow_run(cover: bool, seed: int):
-    step_class = narrow_surrogate(SurrogateHMC, 0.6)
+    # the coverage temperature alone: tuning's own tempering (a black box's) is off
+    step_class = with_tuning(narrow_surrogate(SurrogateHMC, 0.6), coverage=cover,
+                             tune_tempering=0.0)
     with gaussian_model(np.zeros(2), np.eye(2), black_box=True):
         step = step_class()
-        # the coverage temperature alone: tuning's own tempering (a black box's) is off
-        step.tuning = dataclasses.replace(step.tuning, coverage=cover, tune_tempering=0.0)
         idata = sample(step, tune=1000, draws=1000, random_seed=seed)
     return _right(idata), idata.sample_stats["surrogate_temperature"].values[:, -1]
 

@@ -1,4 +1,3 @@
-import dataclasses
 import logging
 import pickle
 import warnings
@@ -10,7 +9,7 @@ import pytest
 from pymc_surrogate import AdaptiveSurrogateHMC, ModelEvaluationError, SurrogateHMC
 from pymc_surrogate.step_methods.coverage import tempered
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
-from tests.conftest import correlated_gaussian, gaussian_model
+from tests.conftest import correlated_gaussian, gaussian_model, with_tuning
 from tests.reliability.helpers import assert_moments
 
 SAMPLE = dict(draws=1000, tune=600, chains=2, cores=1, progressbar=False, random_seed=11)
@@ -70,8 +69,7 @@ def test_hamiltonian_draws_get_the_full_length_only_if_it_holds_the_target(targe
     exact Gaussian's final fit: about 0.9), the tuned length otherwise."""
     mean, cov = correlated_gaussian(3, seed=7)
     with gaussian_model(mean, cov):
-        step = SurrogateHMC(correction="hamiltonian")
-        step.tuning = dataclasses.replace(step.tuning, path_target=target)
+        step = with_tuning(SurrogateHMC, path_target=target)(correction="hamiltonian")
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 400})
     tuned = step._trajectory_length(step.chain) < step.path_length
     assert (step.chain.path_adapt is None) is full_length

@@ -4,7 +4,6 @@ Exactness, SBC, faults and pickling are the reliability suite's (it runs every c
 ``pymc_surrogate.STEP_METHODS``).
 """
 
-import dataclasses
 import logging
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 
 from pymc_surrogate import VariationalHMC
 from pymc_surrogate.compat import bulk_ess
-from tests.conftest import gaussian_model
+from tests.conftest import gaussian_model, with_tuning
 
 SAMPLE = dict(chains=1, cores=1, progressbar=False, compute_convergence_checks=False)
 MEAN = np.array([1.0, -2.0])
@@ -109,9 +108,8 @@ def test_laplace_falls_back_to_the_tuning_covariance_with_one_debug_record(caplo
     """Recorded once, at DEBUG: a warning here came with every chain of the black-box banana,
     whose draws were right at 9 of 10 seeds."""
     with _gaussian_model():
-        step = VariationalHMC()
         # no climb to the mode: no Newton probe for the Laplace term
-        step.tuning = dataclasses.replace(step.tuning, start_at_mode=False)
+        step = with_tuning(VariationalHMC, start_at_mode=False)()
         with caplog.at_level(logging.DEBUG, logger="pymc"):
             pm.sample(draws=100, tune=300, step=step, random_seed=4, **SAMPLE)
     told = [r for r in caplog.records if "Laplace regulariser" in r.getMessage()]
