@@ -63,7 +63,7 @@ __all__ = ["SurrogateStep", "ChainState"]
 
 
 class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
-                    ChainHealth, SharedEvaluations, SurrogateTuning, ArrayStepShared):
+                    SharedEvaluations, SurrogateTuning, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -137,6 +137,11 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
         self.store = make_store(store, owner)
         self._bind_store(model, vars, store)
         self._note_warm_store()
+        self.health = ChainHealth(
+            owner, self.pseudo_marginal,
+            "NUTS (pm.sample() without `step`)" if self.has_gradient
+            else "pm.DEMetropolisZ or pm.Slice",
+        )
         measures = self._measures_coverage()
         self.coverage = Coverage(
             measures,
@@ -287,9 +292,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
         PyMC logs that stat with the ``pymc`` logger in the parent process, for every
         chain and with any ``cores``; ``level`` is a logging level name.
         """
-        chain.pending_warnings.append(
-            SamplerWarning(kind, f"{type(self).__name__}: {message}", level, chain.iteration)
-        )
+        self.health.warn(kind, message, level, chain.iteration)
 
     # --------------------------------------------------------------- the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
@@ -336,19 +339,11 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
             chain.frozen or chain.explore.paused or chain.fits.last_error is not None
         )
         warning = None
-        if not self.tune:
-            self._watch_draw(chain, info, fallback, surrogate=not (exploring or jumping))
-            if info.diverging:
-                chain.counts.draw_divergences += 1
-                warning = SamplerWarning(
-                    WarningType.DIVERGENCE,
-                    "Energy error above max_energy_error or a non-finite energy.",
-                    "debug",
-                    chain.iteration,
-                )
-        if chain.pending_warnings:
-            # One warning a draw; a divergence is still counted by the `diverging` stat.
-            warning = chain.pending_warnings.popleft()
+        if not self.tune:  # a divergence's debug record
+            warning = self._watch_draw(chain, info, fallback,
+                                       surrogate=not (exploring or jumping))
+        # One warning a draw; a divergence is still counted by the `diverging` stat.
+        warning = self.health.next_warning() or warning
         stats = {
             "accept": info.accept_prob,
             "accepted": float(info.accepted),
@@ -369,7 +364,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
             "tail_jump": jumping,
             "surrogate_fits": chain.counts.fits,
             "failed_fits": chain.counts.failed_fits,
-            "diverging_total": chain.counts.draw_divergences,
+            "diverging_total": self.health.divergences,
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
             "warning": warning,
@@ -398,6 +393,22 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
         chain.positions.append(info.point.q)
         chain.position_potentials.append(info.point.potential)
         self._after_tune_iteration(chain, info)
+
+    def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
+                    surrogate: bool) -> SamplerWarning | None:
+        """The draw's chain health (``health.py``); a divergence's debug record."""
+        return self.health.watch(info, fallback, surrogate, self._chain_name(),
+                                 chain.iteration)
+
+    def _chain_name(self) -> str:
+        """``"chain 2"`` when PyMC's per-chain generator says which chain this is.
+
+        ``pm.sample`` spawns one generator per chain from its seed, so the first element
+        of the spawn key is the chain's index (best effort: a generator handed in by a
+        user, or a compound step's share of it, may say otherwise).
+        """
+        key = getattr(getattr(self.rng.bit_generator, "seed_seq", None), "spawn_key", ())
+        return f"chain {key[0]}" if key else "a chain"
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         """Hook: called after every transition, in tune and in the draws."""

@@ -142,7 +142,7 @@ class GridField:
         return float(np.mean([not self.grid_.contains(q) for q in states]))
 
     def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
-                    surrogate: bool) -> None:
+                    surrogate: bool):
         """The skeleton's chain health, and how much of the chain lies outside the box, at
         the same checkpoints (draws 100, 200, 400, ...).
 
@@ -150,14 +150,14 @@ class GridField:
         box and the draws 23-45%, with v's sd 0.75 of the truth's in one chain and nothing
         said. Outside the box the grid is no model of the posterior.
         """
-        super()._watch_draw(chain, info, fallback, surrogate)
-        record = chain.health
-        if record.draws * 2 != record.next_check:  # not a checkpoint
-            return
+        divergence = super()._watch_draw(chain, info, fallback, surrogate)
+        record = self.health
+        if not record.at_checkpoint():
+            return divergence
         outside = float(np.mean([not self.grid_.contains(q) for q in record.positions]))
         if outside > self._outside_draws_limit(record.draws):
-            self._tell(
-                chain, "outside_box",
+            self.health.tell(
+                "outside_box",
                 f"{outside:.1%} of {self._chain_name()}'s first {record.draws} draws lie "
                 f"outside the grid's box (a box that fits the posterior leaves about "
                 f"{self._right_box_share():.1%}), where the grid is no model of the posterior "
@@ -165,7 +165,9 @@ class GridField:
                 "the draws are exact but mix poorly there and may come out too narrow; check "
                 "R-hat, ESS and the tails. Widen the box (a larger k, or bounds= / mean= and "
                 "cov=), or sample this model with SurrogateHMC.",
+                chain.iteration,
             )
+        return divergence
 
     def _right_box_share(self) -> float:
         """The share of a Gaussian outside a box of ``+-k`` of its sds: 0.54% in d = 2,

@@ -5,7 +5,10 @@ A step method that runs exact kernels never returns wrong draws, but it can retu
 moves (all fallback), a surrogate whose energy is so far from the model's that nearly every
 proposal is rejected, a chain that moves but mixes so slowly that its estimates mean
 nothing (the 2-d funnel: R-hat 1.06, min ESS 39 from 2 x 1000 draws, nothing said). Each
-symptom becomes one ``SamplerWarning`` naming the chain, what was seen and what to do; PyMC logs it in the main process with any ``cores``. Chains that
+symptom becomes one ``SamplerWarning`` naming the chain, what was seen and what to do,
+queued here with every other warning of the step for the draws' ``warning`` stat, which
+PyMC logs in the main process with any ``cores`` (a ``warnings.warn`` in a worker process
+would be lost). Chains that
 disagree with each other are PyMC's own R-hat check (``compute_convergence_checks``): one
 chain cannot see the others.
 """
@@ -13,11 +16,15 @@ chain cannot see the others.
 from __future__ import annotations
 
 import numpy as np
-from pymc.stats.convergence import WarningType
+from collections import deque
+from dataclasses import field
+
+from pymc.stats.convergence import SamplerWarning, WarningType
+from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.core.types import TransitionInfo
-from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.step_methods.part import ChainPart
 
 __all__ = ["ChainHealth"]
 
@@ -46,91 +53,136 @@ PSEUDO_MARGINAL_STUCK_DRAWS = 1000
 PSEUDO_MARGINAL_ESS_CHECK_DRAWS = 800  # a checkpoint: draws 100, 200, 400, 800, ...
 
 
-class ChainHealth:
-    """Mixin of ``SurrogateStep``: watch the draws and warn once per symptom and chain."""
+@dataclass_state
+class HealthState(DataClassState):
+    draws: int = 0
+    rejected_in_a_row: int = 0
+    fallback: int = 0
+    surrogate_draws: int = 0
+    surrogate_acceptance: float = 0.0  # sum over surrogate draws
+    potentials: list = field(default_factory=list)  # true potentials of the draws
+    positions: list = field(default_factory=list)  # and their positions
+    next_check: int = 100  # draws at which shares are next judged (then doubled)
+    told: frozenset = frozenset()  # symptoms already warned about
+    divergences: int = 0  # divergent draws
+    pending: deque = field(default_factory=deque)  # warnings for the next draws' stat
 
-    def _chain_name(self) -> str:
-        """``"chain 2"`` when PyMC's per-chain generator says which chain this is.
 
-        ``pm.sample`` spawns one generator per chain from its seed, so the first element
-        of the spawn key is the chain's index (best effort: a generator handed in by a
-        user, or a compound step's share of it, may say otherwise).
-        """
-        key = getattr(getattr(self.rng.bit_generator, "seed_seq", None), "spawn_key", ())
-        return f"chain {key[0]}" if key else "a chain"
+class ChainHealth(ChainPart):
+    """Watch the draws, warn once per symptom and chain, and queue the step's warnings.
 
-    def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
-                    surrogate: bool) -> None:
-        """Record one draw; warn about any symptom newly seen."""
-        record = chain.health
-        record.draws += 1
-        record.rejected_in_a_row = 0 if info.accepted else record.rejected_in_a_row + 1
-        record.potentials.append(info.point.potential)
-        record.positions.append(info.point.q)
-        record.fallback += int(fallback)
+    Parameters
+    ----------
+    owner : str
+        The step class's name, which begins every message.
+    pseudo_marginal : bool
+        The logp is a noisy estimate kept at the current state: judged later, and on the
+        coordinates only.
+    other_samplers : str
+        What the advice names as the samplers to use instead.
+    """
+
+    _state_class = HealthState
+
+    def __init__(self, owner: str, pseudo_marginal: bool, other_samplers: str):
+        self.owner = owner
+        self.pseudo_marginal = pseudo_marginal
+        self.other_samplers = other_samplers
+        self.reset()
+
+    def warn(self, kind: WarningType, message: str, level: str, iteration: int) -> None:
+        """Queue a warning for the next draws' ``warning`` stat (one per draw); ``level``
+        is a logging level name."""
+        self.pending.append(SamplerWarning(kind, f"{self.owner}: {message}", level, iteration))
+
+    def next_warning(self) -> SamplerWarning | None:
+        return self.pending.popleft() if self.pending else None
+
+    def tell(self, symptom: str, message: str, iteration: int) -> None:
+        """Warn about ``symptom`` unless this chain was told already."""
+        if symptom in self.told:
+            return
+        self.told = self.told | {symptom}
+        self.warn(WarningType.CONVERGENCE, message, "warn", iteration)
+
+    def at_checkpoint(self) -> bool:
+        """Whether the draw just watched was a checkpoint (draws 100, 200, 400, ...)."""
+        return self.draws * 2 == self.next_check
+
+    def watch(self, info: TransitionInfo, fallback: bool, surrogate: bool, chain_name: str,
+              iteration: int) -> SamplerWarning | None:
+        """Record one draw; warn about any symptom newly seen. Returns the draw's debug
+        record of a divergence (None: none)."""
+        self.draws += 1
+        self.rejected_in_a_row = 0 if info.accepted else self.rejected_in_a_row + 1
+        self.potentials.append(info.point.potential)
+        self.positions.append(info.point.q)
+        self.fallback += int(fallback)
         if surrogate:
-            record.surrogate_draws += 1
-            record.surrogate_acceptance += info.accept_prob
+            self.surrogate_draws += 1
+            self.surrogate_acceptance += info.accept_prob
+        self._judge(info, chain_name, iteration)
+        if not info.diverging:
+            return None
+        self.divergences += 1
+        return SamplerWarning(
+            WarningType.DIVERGENCE,
+            "Energy error above max_energy_error or a non-finite energy.", "debug", iteration,
+        )
+
+    def _judge(self, info: TransitionInfo, chain_name: str, iteration: int) -> None:
         stuck_draws, ess_draws = ((PSEUDO_MARGINAL_STUCK_DRAWS, PSEUDO_MARGINAL_ESS_CHECK_DRAWS)
                                   if self.pseudo_marginal else (STUCK_DRAWS, ESS_CHECK_DRAWS))
-        if record.rejected_in_a_row == stuck_draws:
-            self._tell(
-                chain, "stuck",
-                f"{self._chain_name()} has rejected its last {stuck_draws} draws in a row (stuck "
+        others = self.other_samplers
+        if self.rejected_in_a_row == stuck_draws:
+            self.tell(
+                "stuck",
+                f"{chain_name} has rejected its last {stuck_draws} draws in a row (stuck "
                 f"at a point with model logp {-info.point.potential:.6g}); its draws are no "
-                "usable posterior sample. Increase `tune`, or sample this model with "
-                f"{self._other_samplers()}.",
+                f"usable posterior sample. Increase `tune`, or sample this model with {others}.",
+                iteration,
             )
-        if record.draws < record.next_check:
+        if self.draws < self.next_check:
             return
-        record.next_check *= 2
-        share = record.fallback / record.draws
+        self.next_check *= 2
+        share = self.fallback / self.draws
         if share > MAX_FALLBACK_SHARE:
-            self._tell(
-                chain, "fallback",
-                f"{share:.0%} of {self._chain_name()}'s first {record.draws} draws used the exact "
+            self.tell(
+                "fallback",
+                f"{share:.0%} of {chain_name}'s first {self.draws} draws used the exact "
                 "fallback kernel (stat `fallback`): the surrogate is not moving it. The "
                 "draws are exact but mix slowly; check R-hat and ESS. Increase `tune`, or "
-                f"sample this model with {self._other_samplers()}.",
+                f"sample this model with {others}.",
+                iteration,
             )
-        if record.surrogate_draws >= FIRST_CHECK:
-            acceptance = record.surrogate_acceptance / record.surrogate_draws
+        if self.surrogate_draws >= FIRST_CHECK:
+            acceptance = self.surrogate_acceptance / self.surrogate_draws
             if acceptance < MIN_SURROGATE_ACCEPTANCE:
-                self._tell(
-                    chain, "surrogate_error",
+                self.tell(
+                    "surrogate_error",
                     f"the true model accepted {acceptance:.0%} of the surrogate's proposals "
-                    f"in {self._chain_name()}'s first {record.draws} draws: its energy is far from "
+                    f"in {chain_name}'s first {self.draws} draws: its energy is far from "
                     "the model's (stat `surrogate_energy_error`). The draws are exact but "
                     "mix slowly; check R-hat and ESS. Increase `tune` for more training "
-                    f"data, or sample this model with {self._other_samplers()}.",
+                    f"data, or sample this model with {others}.",
+                    iteration,
                 )
-        if record.draws >= ess_draws:
+        if self.draws >= ess_draws:
             # the logp and every coordinate: a chain can move along a narrow direction
             # (the logp varies) while a wide one stays frozen (a regression on an
             # uncentred covariate: sd 0.01 of the reference, nothing said)
             # (not the logp of a pseudo-marginal chain: it is the kept noisy estimate, whose
             # trace sticks longer than the state's)
-            traces = np.array(record.positions) if self.pseudo_marginal else (
-                np.column_stack([record.potentials, np.array(record.positions)]))
+            traces = np.array(self.positions) if self.pseudo_marginal else (
+                np.column_stack([self.potentials, np.array(self.positions)]))
             ess = min(bulk_ess(trace) for trace in traces.T)
             if ess < MIN_CHAIN_ESS:
-                self._tell(
-                    chain, "low_ess",
-                    f"the model logp or a coordinate of {self._chain_name()} has an effective "
-                    f"sample size of {ess:.0f} in its first {record.draws} draws: it moves, but too slowly "
-                    "for its estimates to mean anything (check R-hat and ESS of every "
-                    "variable). Increase `tune` and `draws`, reparameterise the model (e.g. "
-                    f"non-centred), or sample it with {self._other_samplers()}.",
+                self.tell(
+                    "low_ess",
+                    f"the model logp or a coordinate of {chain_name} has an effective "
+                    f"sample size of {ess:.0f} in its first {self.draws} draws: it moves, but "
+                    "too slowly for its estimates to mean anything (check R-hat and ESS of "
+                    "every variable). Increase `tune` and `draws`, reparameterise the model "
+                    f"(e.g. non-centred), or sample it with {others}.",
+                    iteration,
                 )
-
-    def _tell(self, chain: ChainState, symptom: str, message: str) -> None:
-        if symptom in chain.health.told:
-            return
-        chain.health.told = chain.health.told | {symptom}
-        self._warn(chain, WarningType.CONVERGENCE, message)
-
-    def _other_samplers(self) -> str:
-        if self.has_gradient:
-            return "NUTS (pm.sample() without `step`)"
-        return "pm.DEMetropolisZ or pm.Slice"
-

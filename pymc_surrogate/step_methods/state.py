@@ -19,7 +19,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "OnlineState", "HealthRecord", "CheckState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "OnlineState", "CheckState", "SurrogateStepState"]
 
 
 @dataclass
@@ -28,7 +28,6 @@ class Counts:
 
     logp_evals: int = 0
     grad_evals: int = 0
-    draw_divergences: int = 0
     fits: int = 0
     failed_fits: int = 0  # fits or online updates skipped for a numerical failure
     adaptations: int = 0  # online surrogates: switches to newly learned weights
@@ -83,21 +82,6 @@ class OnlineState:
 
 
 @dataclass
-class HealthRecord:
-    """What the draws have shown so far (health.py)."""
-
-    draws: int = 0
-    rejected_in_a_row: int = 0
-    fallback: int = 0
-    surrogate_draws: int = 0
-    surrogate_acceptance: float = 0.0  # sum over surrogate draws
-    potentials: list = field(default_factory=list)  # true potentials of the draws
-    positions: list = field(default_factory=list)  # and their positions
-    next_check: int = 100  # draws at which shares are next judged (then doubled)
-    told: frozenset = frozenset()  # symptoms already warned about
-
-
-@dataclass
 class ChainState:
     """One chain's state: kernel adaptation, the chain, the surrogate, and the groups."""
 
@@ -128,11 +112,7 @@ class ChainState:
     fits: FitSchedule = field(default_factory=FitSchedule)
     explore: ExploreState = field(default_factory=ExploreState)
     checks: CheckState = field(default_factory=CheckState)
-    health: HealthRecord = field(default_factory=HealthRecord)
     online: OnlineState = field(default_factory=OnlineState)
-    # Warnings for the next draws' `warning` stat: PyMC logs that stat in the parent process
-    # with any `cores`, where a warnings.warn in a worker process would be lost.
-    pending_warnings: deque = field(default_factory=deque)
 
 
 @dataclass_state
@@ -142,3 +122,4 @@ class SurrogateStepState(StepMethodState):
     tails: Any
     draw_bound: Any
     coverage: Any
+    health: Any
