@@ -62,8 +62,8 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
-                    SharedEvaluations, SurrogateTuning, ArrayStepShared):
+class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, SurrogateTuning,
+                    ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -135,8 +135,11 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
         if newargs is not None and "executor" in newargs[1]:
             self._BlockedStep__newargs = newargs[0], {**newargs[1], "executor": None}
         self.store = make_store(store, owner)
-        self._bind_store(model, vars, store)
-        self._note_warm_store()
+        self.sharing = SharedEvaluations(
+            self.store, not self.pseudo_marginal and self.policy.source == "evaluations",
+            self.explore_steps, self.tuning.own_exploration_share,
+        )
+        self.sharing.bind(model, vars, store, self.dim, self.context.dim)
         self.health = ChainHealth(
             owner, self.pseudo_marginal,
             "NUTS (pm.sample() without `step`)" if self.has_gradient
@@ -231,7 +234,8 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
         self._read_shared(chain)  # the final fit sees every chain's tuning
         chain.frozen = True
         fitted = self._final_fit(chain)
-        self._count_tuned(chain)
+        if chain.surrogate is not None:
+            self.sharing.count_tuned()
         if fitted:
             self._choose_tail_jumps(chain)
             self._choose_draw_bound(chain)
@@ -281,6 +285,13 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
         if message:
             self._warn(chain, WarningType.CONVERGENCE, message)
 
+    def _read_shared(self, chain: ChainState) -> None:
+        """Add the other chains' new evaluations to the chain's training set (in tuning)."""
+        rows = None if chain.frozen else self.sharing.read(self.dim, self.context.dim)
+        if rows is not None:
+            chain.training.extend(rows.positions, rows.potentials, rows.gradients,
+                                  rows.contexts)
+
     def _suggested_tune(self) -> int:
         """Tuning iterations after which a surrogate is usually fitted and refined."""
         return int(max(1000, 2 * self.explore_steps))
@@ -323,7 +334,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
         elif self.tune and not chain.frozen:
             self._adapt(chain, info, exploring)
             if exploring:  # after the fit decision, which counts the iterations before this
-                self._count_exploration(chain, self._exploration_units())
+                self.sharing.count_exploration(self._exploration_units())
         self._after_iteration(chain, info)
         chain.iteration += 1
         chain.current, chain.current_approximate = info.point, chain.on_surrogate
@@ -438,7 +449,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration,
         """A finite evaluation goes into the store and, as training data, to the chain."""
         if not np.isfinite(point.potential):
             return
-        self._store_evaluation(chain, point)
+        self.sharing.record(point, self.context.values() if self.context.dim else None)
         if record and self.policy.records(chain.frozen):
             chain.training.append(point.q, point.potential, point.grad, self.context.values())
             self._on_evaluation(chain, point)

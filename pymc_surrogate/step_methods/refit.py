@@ -120,8 +120,8 @@ class Refits:
     def _data_shortfall(self, chain: ChainState) -> list[str]:
         """What a chain lacked for a first fit, for the warning when tuning ends without one."""
         short = []
-        if self._explored(chain) < self.explore_steps:
-            short.append(f"{self._explored(chain)} exploration iterations, fewer than the "
+        if self.sharing.exploration() < self.explore_steps:
+            short.append(f"{self.sharing.exploration()} exploration iterations, fewer than the "
                          f"{self.explore_steps} before a first fit")
         points = self._points_shortfall(chain)
         return short + ([points] if points else [])
@@ -135,7 +135,8 @@ class Refits:
     def _enough_data(self, chain: ChainState) -> bool:
         """Enough exploration (of all chains sharing a store) and enough points to fit."""
         self._read_shared(chain)
-        return self._explored(chain) >= self.explore_steps and self._points_shortfall(chain) is None
+        return (self.sharing.exploration() >= self.explore_steps
+                and self._points_shortfall(chain) is None)
 
     def _after_tune_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.surrogate is None:

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import os
 
-from pymc_surrogate.step_methods.evaluation_store import EvaluationStore, model_key
-from pymc_surrogate.step_methods.state import ChainState
+from pymc.step_methods.state import DataClassState, dataclass_state
+
+from pymc_surrogate.step_methods.evaluation_store import EvaluationStore, StoredRows, model_key
+from pymc_surrogate.step_methods.part import ChainPart
 
 __all__ = ["SharedEvaluations", "make_store"]
 
@@ -46,80 +48,89 @@ def make_store(store, owner: str) -> EvaluationStore | None:
     )
 
 
-class SharedEvaluations:
-    """Mixin of ``SurrogateStep``: record to and read from ``self.store``."""
+@dataclass_state
+class SharingState(DataClassState):
+    writer: str | None = None  # the chain's name in the store
+    cursor: int = 0  # the last store row it has read
+    explored: int = 0  # its own exploration: iterations, or model calls when batched
 
-    store: EvaluationStore | None = None
-    _warm_store: bool = False
-    _tuned_store: bool = False
 
-    def _bind_store(self, model, vars, given) -> None:
+class SharedEvaluations(ChainPart):
+    """A chain's side of the evaluation store: what it writes, reads and has explored.
+
+    Parameters
+    ----------
+    store : EvaluationStore or None
+        The step's store (``make_store``); None: each chain learns alone.
+    learns_from_store : bool
+        Whether the surrogate learns from model evaluations that other chains may share:
+        never a noisy (pseudo-marginal) logp, whose estimates are the chain's own.
+    explore_steps : int
+        Exploration iterations before a first fit, counted over every chain sharing.
+    own_share : float
+        The share of them a chain explores itself before it counts the others'.
+    """
+
+    _state_class = SharingState
+
+    def __init__(self, store: EvaluationStore | None, learns_from_store: bool,
+                 explore_steps: int, own_share: float):
+        self.store = store
+        self.learns = store is not None and learns_from_store
+        self.explore_steps = explore_steps
+        self.own_share = own_share
+        # What the store held before this step was made: a full exploration (the step
+        # fits at once), and a run's finished tuning (it tunes on the surrogate alone,
+        # ``surrogate_tuning.py``).
+        self.warm = bool(self.learns and store.explored >= explore_steps)
+        self.tuned = self.warm and store.tuned > 0
+        self.reset()
+
+    def bind(self, model, vars, given, dim: int, context_dim: int) -> None:
         """Claim a store the user gave for this model (a step's own needs no key)."""
         if self.store is None or given is None:
             return
         described = ", ".join(f"{v.name}{tuple(v.type.shape)}" for v in vars)
         key = "" if self.store.user_key else model_key(model, vars, model.logp())
-        self.store.bind(key, self.dim, self.context.dim, described)
+        self.store.bind(key, dim, context_dim, described)
 
-    def _writer(self, chain: ChainState) -> str:
+    def _writer(self) -> str:
         # Made at a chain's first evaluation: PyMC restores every chain (cores=1) from one
         # initial state, so a name made with it would be every chain's.
-        if chain.writer is None:
-            chain.writer = EvaluationStore.new_writer()
-        return chain.writer
+        if self.writer is None:
+            self.writer = EvaluationStore.new_writer()
+        return self.writer
 
-    def _store_evaluation(self, chain: ChainState, point) -> None:
+    def record(self, point, context) -> None:
+        """Keep a finite evaluation (``context``: the block's context, or None)."""
         if self.store is not None:
-            self.store.append(self._writer(chain), point.q, point.potential, point.grad,
-                              self.context.values() if self.context.dim else None)
+            self.store.append(self._writer(), point.q, point.potential, point.grad, context)
 
-    @property
-    def _learns_from_store(self) -> bool:
-        """A surrogate learnt from model evaluations; never a noisy (pseudo-marginal)
-        logp, whose estimates are the chain's own."""
-        return (self.store is not None and not self.pseudo_marginal
-                and self.policy.source == "evaluations")
+    def read(self, dim: int, context_dim: int) -> StoredRows | None:
+        """The other chains' evaluations since the last read (None: the chain learns alone)."""
+        if not self.learns:
+            return None
+        rows = self.store.read(self.cursor, self._writer(), dim, context_dim)
+        self.cursor = rows.last_id
+        return rows
 
-    def _reads_store(self, chain: ChainState) -> bool:
-        return self._learns_from_store and not chain.frozen
-
-    def _read_shared(self, chain: ChainState) -> int:
-        """Add the other chains' new evaluations to the chain's training set."""
-        if not self._reads_store(chain):
-            return 0
-        rows = self.store.read(chain.store_cursor, self._writer(chain), self.dim,
-                               self.context.dim)
-        chain.training.extend(rows.positions, rows.potentials, rows.gradients, rows.contexts)
-        chain.store_cursor = rows.last_id
-        return rows.potentials.size
-
-    def _count_exploration(self, chain: ChainState, units: int) -> None:
+    def count_exploration(self, units: int) -> None:
         """Count a tuning iteration's exploration: 1, or its model calls when batched
         (``exploration.py``), toward ``explore_steps``."""
-        chain.explore.units += units
+        self.explored += units
         if self.store is not None:
             self.store.add_explored(units)
 
-    def _note_warm_store(self) -> None:
-        """What the store held before this step was made: a full exploration (the step
-        fits at once), and a run's finished tuning (it tunes on the surrogate alone,
-        ``surrogate_tuning.py``)."""
-        self._warm_store = bool(self._learns_from_store
-                                and self.store.explored >= self.explore_steps)
-        self._tuned_store = self._warm_store and self.store.tuned > 0
-
-    def _count_tuned(self, chain: ChainState) -> None:
+    def count_tuned(self) -> None:
         """Tell the store a chain ended tuning with a surrogate."""
-        if self._learns_from_store and chain.surrogate is not None:
+        if self.learns:
             self.store.add_tuned()
 
-    def _explored(self, chain: ChainState) -> int:
+    def exploration(self) -> int:
         """Exploration behind the chain's data: all chains' when they share, once the
         chain has explored its own share."""
-        own = chain.explore.units
-        if not self._learns_from_store:
-            return own
-        own_share = self.tuning.own_exploration_share * self.explore_steps
-        if not self._warm_store and own < own_share:
-            return own
-        return max(own, self.store.explored)
+        if not self.learns:
+            return self.explored
+        if not self.warm and self.explored < self.own_share * self.explore_steps:
+            return self.explored
+        return max(self.explored, self.store.explored)

@@ -58,7 +58,6 @@ class ExploreState:
     probe_size: int = 0  # training-set size at the last probe fit
     probe_draws: np.ndarray | None = None  # its draws: the DE history while it exists
     adapted: int = 0  # tune's updates of the DE scale factor (explore_adapt)
-    units: int = 0  # exploration done in tune: iterations, or model calls when batched
 
 
 @dataclass
@@ -100,8 +99,6 @@ class ChainState:
     current_approximate: bool = False  # current's potential is the surrogate's (surrogate_tuning.py)
     on_surrogate: bool = False  # this tuning iteration moves on the surrogate alone
     iteration: int = 0
-    writer: str | None = None  # the chain's name in the evaluation store (sharing.py)
-    store_cursor: int = 0  # the last store row it has read
     frozen: bool = False  # tuning has ended
     positions: list = field(default_factory=list)  # chain states during tune (for scale)
     position_potentials: list = field(default_factory=list)  # their true potentials
@@ -123,3 +120,4 @@ class SurrogateStepState(StepMethodState):
     draw_bound: Any
     coverage: Any
     health: Any
+    sharing: Any

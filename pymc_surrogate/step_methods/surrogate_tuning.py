@@ -41,7 +41,7 @@ class SurrogateTuning:
 
     def _tunes_on_surrogate(self, chain: ChainState) -> bool:
         """Whether this tuning iteration moves the chain on the surrogate alone."""
-        return ((self._tuned_store or self._batched_exploration) and self.tune
+        return ((self.sharing.tuned or self._batched_exploration) and self.tune
                 and not chain.frozen and chain.surrogate is not None
                 and not chain.explore.paused and not chain.checks.left
                 and self.context.dim == 0)
