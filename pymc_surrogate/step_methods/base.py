@@ -62,8 +62,7 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, SurrogateTuning,
-                    ArrayStepShared):
+class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -144,6 +143,10 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, SurrogateTunin
             owner, self.pseudo_marginal,
             "NUTS (pm.sample() without `step`)" if self.has_gradient
             else "pm.DEMetropolisZ or pm.Slice",
+        )
+        self.surrogate_tuning = SurrogateTuning(
+            (self.sharing.tuned or self._batched_exploration) and self.context.dim == 0,
+            self.explore_tries if self._batched_exploration else 1, self.tuning,
         )
         measures = self._measures_coverage()
         self.coverage = Coverage(
@@ -292,6 +295,67 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, SurrogateTunin
             chain.training.extend(rows.positions, rows.potentials, rows.gradients,
                                   rows.contexts)
 
+    def _adapt_on_surrogate(self, chain: ChainState, info: TransitionInfo) -> None:
+        """Tuning's adaptation after a move on the surrogate alone: the step size (which
+        learns from surrogate steps only in any case) and the chain's states, whose true
+        potentials are unknown (NaN) until a check evaluates them."""
+        chain.step_adapt.update(info.adapt_stat, True)
+        chain.positions.append(info.point.q)
+        chain.position_potentials.append(np.nan)
+        self.surrogate_tuning.start(chain.current)  # the state the first fit found
+
+    def _check_surrogate(self, chain: ChainState) -> None:
+        """Now and then in tuning on the surrogate alone, the model at the chain's states
+        (``surrogate_tuning.py``): training data, and refits or exact tuning as they say."""
+        rows = self.surrogate_tuning.rows(chain.iteration, len(chain.positions))
+        if not rows:
+            return
+        states = np.array([chain.positions[row] for row in rows])
+        if self._batched_exploration:
+            points = self._evaluate_batch(chain, states)
+        else:
+            points = [self._evaluate(chain, states[0], with_grad=self.has_gradient)]
+        for row, point in zip(rows, points):
+            chain.position_potentials[row] = point.potential
+        acceptances, why = self.surrogate_tuning.judge(
+            points, lambda q: self._surrogate_point(chain, q).potential)
+        chain.fits.accept_since.extend(acceptances)
+        # back inside the support if the surrogate led the chain out
+        chain.current, chain.current_approximate = self.surrogate_tuning.last_good, False
+        if why is not None:
+            self._warn(chain, WarningType.BAD_PARAMS,
+                       f"the surrogate, on which a chain tuned alone, {why}; the chain tunes "
+                       f"with exact corrections from tuning iteration {chain.iteration} on.",
+                       level="info")
+        elif chain.fits.accept_since and self._fit_due(chain):
+            if np.mean(chain.fits.accept_since) < self.tuning.good_acceptance:
+                self._refit(chain)
+                self.surrogate_tuning.new_surrogate()
+            else:  # the surrogate is good: postpone the (costly) refit
+                chain.fits.last_iteration = chain.iteration + 1
+                chain.fits.accept_since = []
+
+    def _surrogate_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
+        """``q`` with the (untempered) surrogate's potential in place of the model's."""
+        value, grad = self.context.field(chain.surrogate)(q)
+        return ChainPoint(q, float(value), grad)
+
+    def _model_or_surrogate(self, chain: ChainState, current: ChainPoint, with_grad: bool,
+                            record: bool, field):
+        """The current point and the evaluation a surrogate step's correction uses.
+
+        The model's; or, in tuning on the surrogate alone, ``field``'s (what the
+        trajectories run on), so that the correction accepts what the surrogate kernel
+        accepts and the chain samples the surrogate's posterior.
+        """
+        if chain.on_surrogate:
+            def evaluate(q: np.ndarray) -> ChainPoint:
+                value, grad = field(q)[:2]
+                return ChainPoint(q, float(value), grad)
+
+            return evaluate(current.q), evaluate
+        return current, lambda q: self._evaluate(chain, q, with_grad=with_grad, record=record)
+
     def _suggested_tune(self) -> int:
         """Tuning iterations after which a surrogate is usually fitted and refined."""
         return int(max(1000, 2 * self.explore_steps))
@@ -311,7 +375,8 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, SurrogateTunin
         chain = self.chain
         q = q0.data.astype(np.float64, copy=False)
         logp_before, grad_before = chain.counts.logp_evals, chain.counts.grad_evals
-        chain.on_surrogate = self._tunes_on_surrogate(chain)
+        chain.on_surrogate = self.surrogate_tuning.active(
+            self._tuning_now(chain), chain.surrogate is not None, chain.explore.paused)
         current = self._current_point(chain, q)
 
         # 1. the phase, 2. its kernel

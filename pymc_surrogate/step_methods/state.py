@@ -19,7 +19,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "OnlineState", "CheckState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "OnlineState", "SurrogateStepState"]
 
 
 @dataclass
@@ -61,16 +61,6 @@ class ExploreState:
 
 
 @dataclass
-class CheckState:
-    """Tuning on the surrogate alone and its checks (surrogate_tuning.py)."""
-
-    acceptances: list = field(default_factory=list)  # expected correction acceptances
-    last_error: float | None = None  # U - U~ at the last checked state
-    last_good: ChainPoint | None = None  # the last state known inside the support
-    left: bool = False  # the checks found the surrogate poor: tuning is exact from then on
-
-
-@dataclass
 class OnlineState:
     """Online learning of VariationalHMC (variational_hmc.py)."""
 
@@ -108,7 +98,6 @@ class ChainState:
     counts: Counts = field(default_factory=Counts)
     fits: FitSchedule = field(default_factory=FitSchedule)
     explore: ExploreState = field(default_factory=ExploreState)
-    checks: CheckState = field(default_factory=CheckState)
     online: OnlineState = field(default_factory=OnlineState)
 
 
@@ -121,3 +110,4 @@ class SurrogateStepState(StepMethodState):
     coverage: Any
     health: Any
     sharing: Any
+    surrogate_tuning: Any

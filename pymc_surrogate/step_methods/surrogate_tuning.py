@@ -27,113 +27,106 @@ tuning left, and the draws are corrected by the model as always.
 
 from __future__ import annotations
 
-import numpy as np
-from pymc.stats.convergence import WarningType
+from dataclasses import field
+from typing import Any, Callable
 
-from pymc_surrogate.core.types import ChainPoint, TransitionInfo
-from pymc_surrogate.step_methods.state import ChainState
+import numpy as np
+from pymc.step_methods.state import DataClassState, dataclass_state
+
+from pymc_surrogate.core.types import ChainPoint
+from pymc_surrogate.step_methods.defaults import Tuning
+from pymc_surrogate.step_methods.part import ChainPart
 
 __all__ = ["SurrogateTuning"]
 
 
-class SurrogateTuning:
-    """Mixin of ``SurrogateStep``: tuning iterations on the surrogate alone."""
+@dataclass_state
+class SurrogateTuningState(DataClassState):
+    acceptances: list = field(default_factory=list)  # expected correction acceptances
+    last_error: float | None = None  # U - U~ at the last checked state
+    last_good: Any = None  # the last ChainPoint known inside the support
+    left: bool = False  # the checks found the surrogate poor: tuning is exact from then on
 
-    def _tunes_on_surrogate(self, chain: ChainState) -> bool:
+
+class SurrogateTuning(ChainPart):
+    """Tuning iterations on the surrogate alone, and the checks of the model between them.
+
+    Parameters
+    ----------
+    wanted : bool
+        Whether the step tunes this way after its first fit: its store held a finished
+        run's tuning, or it explores a black box in batches.
+    checked_per_check : int
+        States evaluated at each check: the executor's tries when batched, else 1.
+    tuning : Tuning
+        ``surrogate_check_interval``, ``surrogate_check_window``,
+        ``surrogate_check_acceptance``.
+    """
+
+    _state_class = SurrogateTuningState
+
+    def __init__(self, wanted: bool, checked_per_check: int, tuning: Tuning):
+        self.wanted = wanted
+        self.checked_per_check = checked_per_check
+        self.tuning = tuning
+        self.reset()
+
+    def active(self, tuning_now: bool, has_surrogate: bool, paused: bool) -> bool:
         """Whether this tuning iteration moves the chain on the surrogate alone."""
-        return ((self.sharing.tuned or self._batched_exploration) and self.tune
-                and not chain.frozen and chain.surrogate is not None
-                and not chain.explore.paused and not chain.checks.left
-                and self.context.dim == 0)
+        return (self.wanted and tuning_now and has_surrogate and not paused
+                and not self.left)
 
-    def _surrogate_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
-        """``q`` with the (untempered) surrogate's potential in place of the model's."""
-        value, grad = self.context.field(chain.surrogate)(q)
-        return ChainPoint(q, float(value), grad)
+    def start(self, current: ChainPoint) -> None:
+        """Note the state the chain was in when it began to move on the surrogate."""
+        if self.last_good is None:
+            self.last_good = current
 
-    def _model_or_surrogate(self, chain: ChainState, current: ChainPoint, with_grad: bool,
-                            record: bool, field):
-        """The current point and the evaluation a surrogate step's correction uses.
+    def rows(self, iteration: int, n_states: int) -> list[int]:
+        """The tuning states to evaluate now (rows of the chain's path; empty: no check).
 
-        The model's; or, in tuning on the surrogate alone, ``field``'s (what the
-        trajectories run on), so that the correction accepts what the surrogate kernel
-        accepts and the chain samples the surrogate's posterior.
-        """
-        if chain.on_surrogate:
-            def evaluate(q: np.ndarray) -> ChainPoint:
-                value, grad = field(q)[:2]
-                return ChainPoint(q, float(value), grad)
-
-            return evaluate(current.q), evaluate
-        return current, lambda q: self._evaluate(chain, q, with_grad=with_grad, record=record)
-
-    def _adapt_on_surrogate(self, chain: ChainState, info: TransitionInfo) -> None:
-        """Tuning's adaptation after a move on the surrogate alone: the step size (which
-        learns from surrogate steps only in any case) and the chain's states, whose true
-        potentials are unknown (NaN) until a check evaluates them."""
-        chain.step_adapt.update(info.adapt_stat, True)
-        chain.positions.append(info.point.q)
-        chain.position_potentials.append(np.nan)
-        if chain.checks.last_good is None:  # the state the first fit found the chain in
-            chain.checks.last_good = chain.current
-
-    def _check_surrogate(self, chain: ChainState) -> None:
-        """Every ``surrogate_check_interval`` iterations, the model at the chain's states.
-
-        One state, or ``explore_tries`` spaced evenly over the interval when batched,
-        evaluated at once. Each consecutive pair's errors ``e = U - U~`` give the mean
-        acceptance the exact correction would have for a move between them (either way,
-        ``(1 + exp(-|e1 - e0|)) / 2``, at least 0.5); refits follow it, and below
-        ``surrogate_check_acceptance`` on average over ``surrogate_check_window`` pairs the
-        chain tunes exactly from here on.
+        Every ``surrogate_check_interval`` iterations: the last state, or
+        ``checked_per_check`` spaced evenly over the interval.
         """
         interval = self.tuning.surrogate_check_interval
-        if chain.iteration % interval:
-            return
-        n = self.explore_tries if self._batched_exploration else 1
-        rows = [len(chain.positions) - 1 - j * (interval // n) for j in reversed(range(n))]
-        states = np.array([chain.positions[row] for row in rows])
-        if self._batched_exploration:
-            points = self._evaluate_batch(chain, states)
-        else:
-            points = [self._evaluate(chain, states[0], with_grad=self.has_gradient)]
-        for row, point in zip(rows, points):
-            chain.position_potentials[row] = point.potential
+        if iteration % interval:
+            return []
+        n = self.checked_per_check
+        return [n_states - 1 - j * (interval // n) for j in reversed(range(n))]
+
+    def judge(self, points: list[ChainPoint],
+              surrogate_potential: Callable[[np.ndarray], float]) -> tuple[list, str | None]:
+        """Record the checked states; return the expected acceptances they give and why
+        tuning must now be exact (None: it goes on on the surrogate).
+
+        Each consecutive pair's errors ``e = U - U~`` give the mean acceptance the exact
+        correction would have for a move between them (either way,
+        ``(1 + exp(-|e1 - e0|)) / 2``, at least 0.5); below
+        ``surrogate_check_acceptance`` on average over ``surrogate_check_window`` pairs the
+        chain tunes exactly from here on, and so it does when a checked state is outside
+        the model's support.
+        """
+        new = []
+        for point in points:
             if not np.isfinite(point.potential):
                 continue
-            error = point.potential - self._surrogate_point(chain, point.q).potential
-            if chain.checks.last_error is not None:
-                acceptance = 0.5 * (1.0 + np.exp(-abs(error - chain.checks.last_error)))
-                chain.checks.acceptances.append(acceptance)
-                chain.fits.accept_since.append(acceptance)
-            chain.checks.last_error = error
-            chain.checks.last_good = point
-        if np.isfinite(points[-1].potential):
-            chain.current, chain.current_approximate = points[-1], False
-        else:  # the surrogate led the chain out of the support: back to the last good state
-            chain.current, chain.current_approximate = chain.checks.last_good, False
-            self._tune_exactly(chain, "took a chain outside the model's support (its last "
-                                      "state inside is restored)")
-            return
-        recent = chain.checks.acceptances[-self.tuning.surrogate_check_window:]
+            error = point.potential - surrogate_potential(point.q)
+            if self.last_error is not None:
+                new.append(0.5 * (1.0 + np.exp(-abs(error - self.last_error))))
+            self.last_error = error
+            self.last_good = point
+        self.acceptances.extend(new)
+        if not np.isfinite(points[-1].potential):
+            self.left = True
+            return new, ("took a chain outside the model's support (its last state inside "
+                         "is restored)")
+        recent = self.acceptances[-self.tuning.surrogate_check_window:]
         if (len(recent) == self.tuning.surrogate_check_window
                 and np.mean(recent) < self.tuning.surrogate_check_acceptance):
-            self._tune_exactly(chain, f"is poor where a chain went (mean expected correction "
-                                      f"acceptance {np.mean(recent):.2f} over its last "
-                                      f"{len(recent)} checked states)")
-        elif chain.fits.accept_since and self._fit_due(chain):
-            if np.mean(chain.fits.accept_since) < self.tuning.good_acceptance:
-                self._refit(chain)
-                chain.checks.last_error = None  # another surrogate: errors start again
-            else:  # the surrogate is good: postpone the (costly) refit
-                chain.fits.last_iteration = chain.iteration + 1
-                chain.fits.accept_since = []
+            self.left = True
+            return new, (f"is poor where a chain went (mean expected correction acceptance "
+                         f"{np.mean(recent):.2f} over its last {len(recent)} checked states)")
+        return new, None
 
-    def _tune_exactly(self, chain: ChainState, why: str) -> None:
-        chain.checks.left = True
-        self._warn(
-            chain, WarningType.BAD_PARAMS,
-            f"the surrogate, on which a chain tuned alone, {why}; the chain tunes with "
-            f"exact corrections from tuning iteration {chain.iteration} on.",
-            level="info",
-        )
+    def new_surrogate(self) -> None:
+        """Another surrogate: the errors start again."""
+        self.last_error = None
