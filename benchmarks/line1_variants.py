@@ -5,7 +5,7 @@ one of these installed. Each is a change of one method of the step, patched on t
 before sampling (so it reaches the chains' processes only where PyMC forks them: Linux,
 PyMC 5); none is part of the package, and each now runs on top of the package's own
 lowered black-box draws (``step_methods/draw_bound.py``). What each gave, measured before
-those, is in docs/design.md, "Why line 1 of issue 36 ..." (the metric from 1000 surrogate
+those, is in benchmarks/notes/design_history.md, "Why line 1 of issue 36 ..." (the metric from 1000 surrogate
 draws measured there was a scratch patch, not kept here). Every variant keeps the draws
 exact: it changes a fixed field the surrogate kernel runs on, a fixed mixture of exact
 kernels, or what tuning evaluates. The ``lcb3`` / ``lcb5`` variants measured there became
