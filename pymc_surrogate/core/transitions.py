@@ -126,7 +126,7 @@ def surrogate_hmc_transition(
     The true acceptance pays for both integration and surrogate error. A trajectory that
     diverges on the surrogate is rejected without evaluating the model. The step size
     adapts on the surrogate Hamiltonian's acceptance (``adapt_stat``): the integration
-    error is what the step size controls (docs/design.md, "step size").
+    error is what the step size controls (docs/design.md, "Trajectories").
     """
     s_potential, s_grad = surrogate_value_and_grad(current.q)
     end, kinetic0, kinetic1, eps = integrate(

@@ -36,7 +36,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
     -----
     rns-hmc §4, Algorithm 4, Proposition 1. With ``a_t -> 0`` and ``sum a_t = inf`` the
     chain is exact in the limit (diminishing adaptation). Extra stat ``adaptations``.
-    Measurements: ``docs/design.md``.
+    How it works: ``docs/design.md``, "The step methods".
 
     References
     ----------

@@ -1,7 +1,7 @@
 """The model's logp at many points at once: in this process or on any executor.
 
-SparseGridHMC's precompute evaluates every grid node before sampling; issue 36's batched
-exploration is meant to go through the same layer. Points are sent in chunks to any object
+SparseGridHMC's precompute evaluates every grid node before sampling; the batched
+exploration of black boxes goes through the same layer. Points are sent in chunks to any object
 with ``submit`` (a ``concurrent.futures.Executor``, ``distributed.Client.get_executor()``)
 or ``map``; the model travels as cloudpickle bytes and is compiled once per worker thread.
 A point whose evaluation raises is retried once; what still fails is returned, never

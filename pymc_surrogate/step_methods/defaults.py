@@ -1,7 +1,7 @@
 """The step methods' tuning constants, in one place, each with where its value comes from.
 
 Every step reads them as ``self.tuning``; a subclass or a test may swap in
-``dataclasses.replace(TUNING, ...)``. Measurements behind them: ``docs/design.md``.
+``dataclasses.replace(TUNING, ...)``. Why each is what it is: ``docs/design.md``.
 """
 
 from __future__ import annotations

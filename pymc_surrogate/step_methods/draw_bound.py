@@ -10,7 +10,7 @@ That sd grows like ``|q|^2`` far out, so the lowering is capped at ``sqrt(2 d)``
 twice the sd of the potential over a Gaussian posterior's typical set: uncapped, the
 black-box banana's lowered surrogate put most of its mass where the posterior has none
 (``Tuning.draw_bound_cap``). The field stays fixed in the draws, so they stay exact
-(docs/design.md, "Why line 1 of issue 36 ...").
+(docs/design.md, "The draws of a black box").
 """
 
 from __future__ import annotations

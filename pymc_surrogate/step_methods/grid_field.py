@@ -107,7 +107,7 @@ class GridField:
         return value + float(np.sum(self.k * np.abs(out) + 0.5 * out * out)), grad_q
 
     def _explores_now(self, chain: ChainState) -> bool:
-        """A black box's gradient-free fallback outside the box (issue 20's "outside the
+        """A black box's gradient-free fallback outside the box (the paper's "outside the
         domain").
 
         Outside the box a black box has no model of its potential: the interpolant's

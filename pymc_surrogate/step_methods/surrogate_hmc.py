@@ -124,8 +124,8 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
 
     Notes
     -----
-    rns-hmc §3, Algorithms 2-3; the surrogate transition is Liu (2001) §9.4. Stats, the
-    fallback and every measured choice: ``docs/design.md``.
+    rns-hmc §3, Algorithms 2-3; the surrogate transition is Liu (2001) §9.4. Stats:
+    ``docs/usage.md``; the fallback and the reasons for each default: ``docs/design.md``.
 
     References
     ----------

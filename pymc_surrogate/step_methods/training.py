@@ -108,7 +108,7 @@ class TrainingPolicy:
         """Least-squares weights ``exp(-(U - lowest) / tau)``, ``tau = max(2, d / 4)``.
 
         Unweighted, a fit trades accuracy in the typical set, where the chain runs, for the
-        tails its training data reach (docs/design.md, "training weights").
+        tails its training data reach (docs/design.md, "The surrogate: RandomNetworkSurrogate").
         """
         return np.exp(-(np.asarray(potentials) - lowest) / max(2.0, dim / 4.0))
 

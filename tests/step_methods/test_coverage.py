@@ -150,7 +150,7 @@ def test_black_box_banana_covers_both_arms():
     untempered in tuning, no chain's tuning reached b2 below -0.86, and the draws held no
     draw below the reference's 2.5% quantile of b2 (mean z 7.5, sd ratios 0.86 and 0.84,
     R-hat 1.002, no warning: wrong in silence; seeds 2 and 4 the same way, 3 of 10). Tempered
-    (and refitted at growth 1.2), right at 10 of 10 seeds (docs/design.md, "Coverage").
+    (and refitted at growth 1.2), right at 10 of 10 seeds (docs/design.md, "Tempered tuning of a black box").
     Here with 1000 draws a chain (CI time): that failure's mean z is then about 7.5 /
     sqrt(2) = 5.3, still past the limit of 4, and its empty tail share still outside
     the band."""

@@ -85,7 +85,7 @@ class NeverMovesNoisy(NeverMoves):
 
 def test_a_pseudo_marginal_chain_is_judged_on_its_own_scale(caplog):
     """Correct pseudo-marginal chains reject 90-190 draws in a row at the optimal noise
-    (docs/design.md, KernelHMC): 250 rejections are not called stuck, 1000 are, and the
+    (docs/design.md, "Chain health"): 250 rejections are not called stuck, 1000 are, and the
     chain's ESS is judged at 800 draws (a chain that never moves has none)."""
     run = {**RUN, "chains": 1}
     with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
