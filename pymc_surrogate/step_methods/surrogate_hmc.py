@@ -5,7 +5,12 @@ from __future__ import annotations
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.corrections import CORRECTIONS
-from pymc_surrogate.step_methods.riemannian import RIEMANNIAN_STATS, RiemannianTrajectories
+from pymc_surrogate.step_methods.riemannian import (
+    RIEMANNIAN_STATS,
+    RiemannianKernel,
+    check_metric_settings,
+    riemannian_stats,
+)
 from pymc_surrogate.step_methods.vocabulary import auto_for_none, inner_setting
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening
@@ -13,7 +18,7 @@ from pymc_surrogate.surrogates.whitening import Whitening
 __all__ = ["SurrogateHMC"]
 
 
-class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
+class SurrogateHMC(SurrogateStep):
     r"""Hamiltonian Monte Carlo on a random-network surrogate, exactly corrected.
 
     Tuning explores exactly (HMC, or DE-MCz without gradients) and fits a random network
@@ -157,7 +162,9 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         softabs_alpha: float = 1.0,
         **kwargs,
     ):
-        self._set_metric(metric, softabs_alpha)
+        check_metric_settings(metric, softabs_alpha)
+        self.riemannian = (None if metric == "euclidean"
+                           else RiemannianKernel(metric, softabs_alpha, self.tuning))
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
         self.correction = correction
@@ -171,13 +178,47 @@ class SurrogateHMC(RiemannianTrajectories, SurrogateStep):
         )
         RandomNetworkSurrogate(**self._surrogate_settings)
         super().__init__(vars, **kwargs)
-        self._check_metric()
+        if self.riemannian is not None:
+            self.riemannian.check(self.correction, self.context.dim)
 
     @property
     def lowers_black_box_draws(self) -> bool:
         """Euclidean draws only (draw_bound.py): the Riemannian moves run on the
-        surrogate's own derivatives (``RiemannianTrajectories._riemann_field``)."""
-        return not self._riemannian
+        surrogate's own derivatives (``RiemannianKernel.field``)."""
+        return self.riemannian is None
+
+    def _surrogate_step(self, chain, current, record: bool = True):
+        if self.riemannian is None:
+            return super()._surrogate_step(chain, current, record)
+        field = self.riemannian.field(
+            chain.surrogate, self.coverage.temperature_now(self._tuning_now(chain)))
+        current, evaluate = self._model_or_surrogate(
+            chain, current, self.has_gradient and not chain.frozen, record, field)
+        return self.riemannian.transition(
+            current, evaluate, field, chain.step_adapt.current(self._tuning_now(chain)),
+            self.path_length, self._inner_transitions(chain), self._frame(chain),
+            self.max_energy_error, self.rng,
+        )
+
+    def _adapt_to_surrogate(self, chain, chain_scale, warm_up) -> None:
+        super()._adapt_to_surrogate(chain, chain_scale, warm_up)
+        if self.riemannian is None:
+            return
+        start = chain.current.q if chain.current is not None else chain_scale.mean
+        step = self.riemannian.warm_up(
+            self.riemannian.field(chain.surrogate, self.coverage.temperature),
+            self._frame(chain), start,
+            self._step_size_adaptation(chain.step_adapt.current(False)),
+            self.path_length, self.max_energy_error, self.rng,
+        )
+        chain.step_adapt = self._step_size_adaptation(step)
+
+    def _frame(self, chain) -> Whitening:
+        """The chain's whitened coordinates: the posterior scale of the last fit."""
+        return chain.whitening if chain.whitening is not None else Whitening.identity(self.dim)
+
+    def _extra_stats(self, chain) -> dict:
+        return {**super()._extra_stats(chain), **riemannian_stats(self.riemannian)}
 
     # After a spurious well: refit with the ridge penalty floored at these fractions of its
     # scale (cross-validation alone may take 1e-12).
