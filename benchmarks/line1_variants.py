@@ -116,10 +116,10 @@ def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -
                 return ChainPoint(q, float(value), grad)
 
             point = on_surrogate(chain.current.q)
-            step_size = chain.step_adapt.current(False)
+            step_size = self.kernel.step_adapt.current(False)
             states = []
             for i in range(points * thin):
-                point = surrogate_transition(point, on_surrogate, field, chain.metric, step_size,
+                point = surrogate_transition(point, on_surrogate, field, self.kernel.metric, step_size,
                                              self.path_length, self.max_energy_error, 1,
                                              self.rng).point
                 if (i + 1) % thin == 0:

@@ -53,8 +53,8 @@ def fit(path: str, tune: int, draws: int, seed: int) -> None:
                   progressbar=False, compute_convergence_checks=False)
     chain = step.chain
     state = {"surrogate": chain.surrogate, "whitening": chain.whitening,
-             "temperature": chain.coverage.temperature,
-             "step_size": float(chain.step_adapt.current(False)),
+             "temperature": step.coverage.temperature,
+             "step_size": float(step.kernel.step_adapt.current(False)),
              "path_length": step.path_length, "alpha": step.riemannian.softabs_alpha,
              "q": np.asarray(chain.current.q)}
     with open(path, "wb") as handle:

@@ -31,8 +31,8 @@ from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.batch_evaluation import refuse_in_a_rerun_script
 from pymc_surrogate.step_methods.block_context import BlockContext
-from pymc_surrogate.step_methods.corrections import Corrections
-from pymc_surrogate.step_methods.coverage import Coverage
+from pymc_surrogate.step_methods.corrections import SurrogateKernel
+from pymc_surrogate.step_methods.coverage import Coverage, tempered
 from pymc_surrogate.step_methods.defaults import TUNING
 from pymc_surrogate.step_methods.draw_bound import DrawBound
 from pymc_surrogate.step_methods.evaluator import Evaluator
@@ -62,7 +62,7 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShared):
+class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -88,6 +88,10 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
     #: Where black-box exploration evaluates in batches (``exploration.py``; None: serially).
     explore_executor = None
     explore_tries = 4
+    #: The surrogate kernel's correction and inner transitions (``corrections.py``); the
+    #: step classes set them from their settings before ``SurrogateStep.__init__``.
+    correction = "surrogate_transition"
+    n_inner = 1
     _executor_left_behind = False  # the executor did not travel to this process
     _node_logp_cache = None  # exploration.py: the model as executor workers compile it
 
@@ -119,6 +123,8 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
         self.dense_mass = dense_mass
         self.max_energy_error = max_energy_error
         self.tails = TailJumps(tail_jumps, self.dim, self.tuning)
+        self.kernel = SurrogateKernel(self.correction, self.n_inner, path_length,
+                                      target_accept, max_energy_error, self.tuning)
         self.explore_steps = (
             self._default_explore_steps() if explore_steps == "auto" else int(explore_steps)
         )
@@ -193,10 +199,11 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
             self.dim, np.zeros(self.dim), np.ones(self.dim), 10,
             early_update=self.tuning.early_mass_update, rng=self.rng.spawn(1)[0],
         )
+        for part in self._parts():  # a new chain
+            part.reset()
+        self.kernel.use(metric, initial_step)  # exploration's, until a first fit
         return ChainState(
             training=TrainingSet(self.dim, self.context.dim),
-            metric=metric,
-            step_adapt=self._step_size_adaptation(initial_step),
             explore_adapt=DualAverageAdaptation(1.0, self._explore_target(), 0.05, 0.75, 10),
             explore=ExploreState(recent_moves=deque(maxlen=self.tuning.stuck_window)),
             fits=FitSchedule(recent_corrections=deque(maxlen=self.tuning.inner_window)),
@@ -204,12 +211,10 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
 
     def _step_size_adaptation(self, initial_step: float) -> DualAverageAdaptation:
         """PyMC's dual averaging toward ``target_accept``, with NUTS's settings."""
-        return DualAverageAdaptation(initial_step, self.target_accept, 0.05, 0.75, 10)
+        return self.kernel.step_size_adaptation(initial_step)
 
     def reset_tuning(self, start=None):
         self.chain = self._new_chain()
-        for part in self._parts():
-            part.reset()
 
     def _parts(self):
         """The parts that own a chain's state (``part.py``)."""
@@ -220,7 +225,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
         """PyMC 5: ``pm.sample`` hands each chain its own generator before it starts."""
         # Every child stream must follow it, or chains share the metric's momentum draws.
         self.rng = get_random_generator(rng, copy=False)
-        self.chain.metric.set_rng(self.rng.spawn(1)[0])
+        self.kernel.metric.set_rng(self.rng.spawn(1)[0])
 
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         """PyMC 6: replaces ``set_rng`` (which it never calls), in every process."""
@@ -233,7 +238,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
         chain.on_surrogate = False  # the first draw evaluates the state tuning left
         if chain.frozen:
             return
-        tuned_length = self._tuned_length(chain)
+        tuned_length = self.kernel.tuned_length()
         self._read_shared(chain)  # the final fit sees every chain's tuning
         chain.frozen = True
         fitted = self._final_fit(chain)
@@ -242,9 +247,33 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
         if fitted:
             self._choose_tail_jumps(chain)
             self._choose_draw_bound(chain)
-            self._choose_inner_transitions(chain)
+            self.kernel.choose_inner(chain.fits.recent_corrections,
+                                     lowered=self.draw_bound.bound is not None)
         if tuned_length is not None:  # the final fit restarted the length at the full path
             self._choose_draw_length(chain, tuned_length)
+
+    def _surrogate_step(self, chain: ChainState, current: ChainPoint,
+                        record: bool = True) -> TransitionInfo:
+        """One corrected surrogate transition; ``record=False``: its model evaluation is no
+        training data (the full-length trials, which are no draws)."""
+        field = self._surrogate_field(chain)
+        if self.coverage.tempers(self._tuning_now(chain)):  # tuning only (coverage.py)
+            field = tempered(field, self.coverage.tuning_temperature)
+        current, evaluate = self._model_or_surrogate(
+            chain, current, self.has_gradient and not chain.frozen, record, field)
+        return self.kernel.transition(current, evaluate, field, self._tuning_now(chain),
+                                      self.rng)
+
+    def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
+        """The Hamiltonian correction's length for the draws (``corrections.py``)."""
+        if chain.current is None:
+            return
+        start = self._current_point(chain, chain.current.q)
+        # Not training data: AdaptiveSurrogateHMC would learn from trajectories at a
+        # length the draws may not use.
+        self.kernel.choose_draw_length(
+            tuned, lambda current: self._surrogate_step(chain, current, record=False), start)
+        chain.current, chain.current_key = start, self.evaluator.key(start.q)
 
     def _choose_tail_jumps(self, chain: ChainState) -> None:
         """The draws' tail jumps, measured on the final fit (``heavy_tails.py``)."""
@@ -299,7 +328,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
         """Tuning's adaptation after a move on the surrogate alone: the step size (which
         learns from surrogate steps only in any case) and the chain's states, whose true
         potentials are unknown (NaN) until a check evaluates them."""
-        chain.step_adapt.update(info.adapt_stat, True)
+        self.kernel.step_adapt.update(info.adapt_stat, True)
         chain.positions.append(info.point.q)
         chain.position_potentials.append(np.nan)
         self.surrogate_tuning.start(chain.current)  # the state the first fit found
@@ -463,9 +492,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Exploration, ArrayStepShare
                 step_adapt.update(info.adapt_stat, True)
                 metric.update(info.point.q, info.point.grad, True)
         else:
-            chain.step_adapt.update(info.adapt_stat, True)
-        if not exploring and chain.path_adapt is not None:
-            chain.path_adapt.update(info.accept_prob, True)
+            self.kernel.adapt(info)
         chain.positions.append(info.point.q)
         chain.position_potentials.append(info.point.potential)
         self._after_tune_iteration(chain, info)

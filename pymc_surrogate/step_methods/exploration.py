@@ -125,7 +125,7 @@ class Exploration:
         step_adapt : DualAverageAdaptation
         """
         if chain.exact_metric is None:
-            return chain.metric, chain.step_adapt
+            return self.kernel.metric, self.kernel.step_adapt
         return chain.exact_metric, chain.exact_step_adapt
 
     @property
@@ -369,8 +369,8 @@ class Exploration:
         chain.explore.probe = probe
         with warnings.catch_warnings():  # "experimental": it is PyMC's dense NUTS metric
             warnings.filterwarnings("ignore", "QuadPotentialFullAdapt", UserWarning)
-            chain.metric = QuadPotentialFullAdapt(
-                self.dim, current.q.copy(), probe.cov, 10, rng=self.rng.spawn(1)[0])
+            self.kernel.use(metric=QuadPotentialFullAdapt(
+                self.dim, current.q.copy(), probe.cov, 10, rng=self.rng.spawn(1)[0]))
         return current
 
     def _explore_history(self, chain: ChainState) -> np.ndarray:

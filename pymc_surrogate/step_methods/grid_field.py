@@ -221,7 +221,8 @@ class GridField:
         field = self._surrogate_field(chain)
         value, grad = field(current.q)
         end, kinetic0, kinetic1, eps = integrate(
-            current.q, value, grad, field, chain.metric, chain.step_adapt.current(False),
+            current.q, value, grad, field, self.kernel.metric,
+            self.kernel.step_adapt.current(False),
             self.path_length, self.max_energy_error, self.rng,
         )
         h0 = hamiltonian(current.potential, kinetic0)

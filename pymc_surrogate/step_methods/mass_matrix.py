@@ -56,14 +56,14 @@ class MassMatrix:
                     chain_var = np.diag(chain_var)
                 ratio = np.clip(sampled.covariance / chain_var, 1 / trust, trust)
                 sampled = Whitening(sampled.mean, np.sqrt(chain_var * ratio))
-            chain.metric = self._metric(sampled)
+            self.kernel.use(metric=self._metric(sampled))
             # Draws made with a poor metric are autocorrelated in its slow directions:
             # another round, at the better metric, measures them again.
             last = round_ == self.tuning.metric_rounds - 1
             warm_up = self._warm_up(chain, chain_scale, field, step,
                                     0 if last else max(200, 4 * self.dim))
             step, samples = warm_up.step_size, warm_up.samples
-        chain.step_adapt = self._step_size_adaptation(step)
+        self.kernel.use(step_size=step)
 
     def _scale_frame(self) -> Whitening | None:
         """A scale known before sampling, in which mass matrices are estimated (None: the

@@ -192,14 +192,14 @@ class Refits:
         kernel, the stat ``failed_fits`` counts it, and the next one is tried on the
         refit schedule. It never ends the run.
         """
-        kept = (chain.surrogate, chain.learner, chain.metric, chain.step_adapt,
-                chain.path_adapt, chain.whitening, self.coverage.sampling_state)
+        kept = (chain.surrogate, chain.learner, self.kernel.snapshot(), chain.whitening,
+                self.coverage.sampling_state)
         self._read_shared(chain)
         try:
             chain.whitening = self._posterior_scale(chain, dense=True)
             chain_scale = (chain.whitening if self._dense_chain_scale(chain)
                            else self._posterior_scale(chain, dense=False))
-            chain.metric = self._metric(chain_scale)
+            self.kernel.use(metric=self._metric(chain_scale))
             surrogate = self._fit_surrogate(chain)
             surrogate, warm_up = self._without_spurious_well(chain, chain_scale, surrogate)
             first = chain.surrogate is None
@@ -207,8 +207,9 @@ class Refits:
             self._choose_coverage(chain)
             self._adapt_to_surrogate(chain, chain_scale, warm_up)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-            (chain.surrogate, chain.learner, chain.metric, chain.step_adapt,
-             chain.path_adapt, chain.whitening, self.coverage.sampling_state) = kept
+            (chain.surrogate, chain.learner, kernel, chain.whitening,
+             self.coverage.sampling_state) = kept
+            self.kernel.restore(kernel)
             # Try again on the refit schedule, not at every iteration.
             chain.counts.failed_fits += 1
             chain.fits.last_iteration = chain.iteration + 1
@@ -226,7 +227,7 @@ class Refits:
         if first:
             chain.fits.first_iteration = chain.iteration
             if chain.exact_metric is None:  # exploration's kernel, kept for the fallback
-                chain.exact_metric, chain.exact_step_adapt = kept[2], kept[3]
+                chain.exact_metric, chain.exact_step_adapt = kept[2][:2]
         chain.fits.last_iteration = chain.iteration + 1
         chain.fits.accept_since = []
         chain.explore.recent_moves.clear()
@@ -239,7 +240,7 @@ class Refits:
         model evaluation."""
         start = chain.current.q if chain.current is not None else chain_scale.mean
         return warm_up_on_surrogate(
-            field, start, chain.metric, self._step_size_adaptation(initial_step),
+            field, start, self.kernel.metric, self._step_size_adaptation(initial_step),
             self.path_length, self.rng, n_samples=n_samples,
             max_energy_error=self.max_energy_error,
         )
@@ -255,7 +256,7 @@ class Refits:
         hidden nodes, tried as a last resort, lost the black-box banana's shape (ESS
         800-2000 down to 36-315).
         """
-        initial_step = chain.step_adapt.current(False)
+        initial_step = self.kernel.step_adapt.current(False)
         n_samples = max(200, 4 * self.dim)
         first = None
         for candidate in itertools.chain([fitted], self._tamer_fits(chain)):
@@ -309,6 +310,7 @@ class Refits:
             chain.learner = surrogate
             surrogate = copy.copy(surrogate)
         chain.surrogate = surrogate
+        self.kernel.new_surrogate()
 
     def _online_failed(self, chain: ChainState, err: Exception) -> None:
         """A numerically broken online update: keep the last good surrogate, stop learning

@@ -252,9 +252,9 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
             return chain  # the scratch chain that finds the domain
         rng = self.rng.spawn(1)[0]
         if self.dense_mass is False:
-            chain.metric = QuadPotentialDiag(np.diag(self.box_cov_).copy(), rng=rng)
+            self.kernel.use(metric=QuadPotentialDiag(np.diag(self.box_cov_).copy(), rng=rng))
         else:
-            chain.metric = QuadPotentialFull(self.box_cov_.copy(), rng=rng)
+            self.kernel.use(metric=QuadPotentialFull(self.box_cov_.copy(), rng=rng))
         self._use_surrogate(chain, self.grid_)
         # The metric and step size re-adapt on the grid at the skeleton's refit times,
         # from iteration 52 on (the first needs tuning states for the chain's scale).

@@ -75,15 +75,11 @@ class ChainState:
     """One chain's state: kernel adaptation, the chain, the surrogate, and the groups."""
 
     training: TrainingSet
-    metric: Any
-    step_adapt: DualAverageAdaptation
     explore_adapt: DualAverageAdaptation
-    path_adapt: DualAverageAdaptation | None = None  # corrections.py: Hamiltonian length
     # exploration.py: exact HMC's own mass matrix and step size once a fit has replaced
     # ``metric`` and ``step_adapt`` with the surrogate's (None: no fit yet, they are these)
     exact_metric: Any = None
     exact_step_adapt: DualAverageAdaptation | None = None
-    inner_transitions: int = 1  # corrections.py: surrogate transitions a draw (n_inner="auto")
     current: ChainPoint | None = None  # with its true logp, cached
     current_key: bytes | None = None
     current_approximate: bool = False  # current's potential is the surrogate's (surrogate_tuning.py)
@@ -111,3 +107,4 @@ class SurrogateStepState(StepMethodState):
     health: Any
     sharing: Any
     surrogate_tuning: Any
+    kernel: Any

@@ -195,8 +195,8 @@ class SurrogateHMC(SurrogateStep):
         current, evaluate = self._model_or_surrogate(
             chain, current, self.has_gradient and not chain.frozen, record, field)
         return self.riemannian.transition(
-            current, evaluate, field, chain.step_adapt.current(self._tuning_now(chain)),
-            self.path_length, self._inner_transitions(chain), self._frame(chain),
+            current, evaluate, field, self.kernel.step_adapt.current(self._tuning_now(chain)),
+            self.path_length, self.kernel.inner(), self._frame(chain),
             self.max_energy_error, self.rng,
         )
 
@@ -208,10 +208,10 @@ class SurrogateHMC(SurrogateStep):
         step = self.riemannian.warm_up(
             self.riemannian.field(chain.surrogate, self.coverage.temperature),
             self._frame(chain), start,
-            self._step_size_adaptation(chain.step_adapt.current(False)),
+            self._step_size_adaptation(self.kernel.step_adapt.current(False)),
             self.path_length, self.max_energy_error, self.rng,
         )
-        chain.step_adapt = self._step_size_adaptation(step)
+        self.kernel.use(step_size=step)
 
     def _frame(self, chain) -> Whitening:
         """The chain's whitened coordinates: the posterior scale of the last fit."""

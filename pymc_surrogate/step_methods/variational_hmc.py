@@ -308,8 +308,8 @@ class VariationalHMC(SurrogateStep):
         # point's potential is the surrogate's (stat `model_logp`, `lp` in ArviZ, is NaN in these draws).
         field = self._surrogate_field(chain)
         value, grad = field(current.q)
-        move = hmc_move(current.q, value, grad, field, chain.metric,
-                        chain.step_adapt.current(False), self.path_length,
+        move = hmc_move(current.q, value, grad, field, self.kernel.metric,
+                        self.kernel.step_adapt.current(False), self.path_length,
                         self.max_energy_error, self.rng)
         return TransitionInfo(
             point=ChainPoint(move.q, move.potential, None), accepted=move.accepted,

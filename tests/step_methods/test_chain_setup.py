@@ -55,7 +55,7 @@ def test_the_chain_hook_of_this_pymc_reseeds_the_momenta(cls):
             step.setup_chain(rng, 100, 100)
         else:
             step.set_rng(rng)
-        return np.array([step.chain.metric.random() for _ in range(5)])
+        return np.array([step.kernel.metric.random() for _ in range(5)])
 
     first, second, first_again = momenta(1), momenta(2), momenta(1)
     assert not np.isin(first, second).any()

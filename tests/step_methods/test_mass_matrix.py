@@ -24,7 +24,7 @@ def test_narrow_tuning_states_do_not_become_the_metric(monkeypatch):
 
     def keep_metric(step):
         stop_tuning(step)
-        metrics.append(np.array(step.chain.metric._cov))
+        metrics.append(np.array(step.kernel.metric._cov))
 
     monkeypatch.setattr(SurrogateHMC, "stop_tuning", keep_metric)
     with model:

@@ -71,8 +71,8 @@ def test_hamiltonian_draws_get_the_full_length_only_if_it_holds_the_target(targe
     with gaussian_model(mean, cov):
         step = with_tuning(SurrogateHMC, path_target=target)(correction="hamiltonian")
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 400})
-    tuned = step._trajectory_length(step.chain) < step.path_length
-    assert (step.chain.path_adapt is None) is full_length
+    tuned = step.kernel.trajectory_length(False) < step.path_length
+    assert (step.kernel.path_adapt is None) is full_length
     assert tuned is not full_length
 
 
@@ -217,10 +217,10 @@ def test_inner_transitions_in_the_draws(n_inner, recent, expected):
         pm.Normal("x", shape=2)
         step = SurrogateHMC(n_inner=n_inner)
     chain = step.chain
-    assert step._inner_transitions(chain) == (1 if n_inner == "auto" else n_inner)
+    assert step.kernel.inner() == (1 if n_inner == "auto" else n_inner)
     chain.fits.recent_corrections.extend(recent)
-    step._choose_inner_transitions(chain)
-    assert step._inner_transitions(chain) == expected
+    step.kernel.choose_inner(chain.fits.recent_corrections, lowered=False)
+    assert step.kernel.inner() == expected
 
 
 def test_a_good_surrogate_gets_three_inner_transitions_in_the_draws():
@@ -231,7 +231,7 @@ def test_a_good_surrogate_gets_three_inner_transitions_in_the_draws():
         step = SurrogateHMC()
         idata = pm.sample(step=step, discard_tuned_samples=False,
                           **{**SAMPLE, "chains": 1, "draws": 200, "tune": 400})
-    assert step.chain.inner_transitions == 3
+    assert step.kernel.inner_transitions == 3
     # leapfrog steps a transition: three trajectories a draw against one in tuning
     tune_steps = idata.warmup_sample_stats.n_steps.values[0, -100:].mean()
     assert idata.sample_stats.n_steps.values.mean() > 2 * tune_steps
@@ -545,15 +545,15 @@ def test_a_black_box_draws_on_its_lowered_surrogate(use_gradient):
     chain = step.chain
     assert chain.surrogate is not None
     q = chain.current.q + 3.0 * np.sqrt(np.diag(cov))
-    unbounded = tempered(step.context.field(chain.surrogate), chain.coverage.temperature)(q)[0]
+    unbounded = tempered(step.context.field(chain.surrogate), step.coverage.temperature)(q)[0]
     drawn = step._surrogate_field(chain)(q)[0]
     if use_gradient:
-        assert chain.draw_bound is None and drawn == unbounded
+        assert step.draw_bound.bound is None and drawn == unbounded
         return
-    lowering = step.tuning.draw_bound_kappa * chain.draw_bound.sd_and_grad(q)[0]
+    lowering = step.tuning.draw_bound_kappa * step.draw_bound.bound.sd_and_grad(q)[0]
     cap = step.tuning.draw_bound_cap * np.sqrt(3 / 2)
     assert drawn == pytest.approx(unbounded + np.logaddexp(-lowering, -cap))
-    assert lowering > 0 and chain.inner_transitions == 3
+    assert lowering > 0 and step.kernel.inner_transitions == 3
 
 
 def test_riemannian_draws_keep_the_surrogate_unlowered():
