@@ -10,6 +10,7 @@ import scipy.spatial
 
 from pymc_surrogate.step_methods.batch_evaluation import INFINITE, evaluate_logp
 from pymc_surrogate.step_methods.evaluator import infinite_logp_error
+from pymc_surrogate.step_methods.grid_domain import MAX_GROWTH
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
 
 __all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "load_grid"]
@@ -22,10 +23,48 @@ class GridPrecomputeError(RuntimeError):
 class GridPrecompute:
     """Mixin of ``SparseGridHMC``: the grid and its precomputed values."""
 
-    def _build_grid(self, bounds, mean, cov) -> tuple[object, dict]:
-        """The domain, its grid's nodes evaluated, the grid fitted; and what it cost."""
+    def precompute(self):
+        """Build the grid now, over the domain given (``bounds=``, or ``mean=`` and
+        ``cov=``), and return it (as ``grid_``; its cost in ``precompute_``). Without a
+        given domain the grid is built at the end of the first chain's warm-up; a step
+        made with ``grid=`` has one already."""
+        if self.grid_ is None:
+            if self._domain_given is None:
+                raise ValueError(
+                    "SparseGridHMC.precompute() needs the domain (bounds=, or mean= and cov=); "
+                    "without it the grid is built from the warm-up, in pm.sample.")
+            self._precompute_grid(None)
+        return self.grid_
+
+    def _precompute_grid(self, chain) -> None:
+        """The grid over the given domain, or over the warm-up's box grown where the
+        posterior has not fallen off at a face (``_grown_domain``); and what it cost."""
         started = time.perf_counter()
-        domain, transform, laplace_evals = self._domain(bounds, mean, cov)
+        domain, transform = (self._domain_given if self._domain_given is not None
+                             else self._warm_up_domain(chain))
+        spent, boxes = {"model_evals": 0, "retried": 0}, 0
+        while True:
+            grid, potentials, retried, timed = self._grid_over(domain, transform)
+            spent["model_evals"] += grid.n_nodes_ + retried + timed
+            spent["retried"] += retried
+            boxes += 1
+            grown = (None if self._domain_given is not None or boxes > MAX_GROWTH
+                     else self._grown_domain(grid, potentials))
+            if grown is None:
+                break
+            domain = grown
+        values, outside_support = fill_outside_support(potentials, grid.nodes_)
+        grid.fit(grid.nodes_, values)
+        self.grid_ = grid
+        self.precompute_ = {"nodes": int(grid.n_nodes_), "boxes": boxes, **spent,
+                            "seconds": time.perf_counter() - started,
+                            "outside_support": outside_support}
+        if self._save_grid is not None:
+            self.precompute_["saved"] = grid.save(self._save_grid)
+        self._box_gaussian()
+
+    def _grid_over(self, domain, transform):
+        """A grid's nodes over ``domain`` and the model's potentials there (unfitted)."""
         grid = self._make_grid(transform)
         try:
             nodes = grid.design(domain)
@@ -37,12 +76,7 @@ class GridPrecompute:
                 "cost does not grow with a grid."
             ) from err
         potentials, retried, timed = self._precompute(nodes)
-        potentials, outside_support = fill_outside_support(potentials, nodes)
-        grid.fit(nodes, potentials)
-        return grid, {"nodes": int(nodes.shape[0]), "laplace_evals": laplace_evals,
-                      "model_evals": int(nodes.shape[0]) + retried + timed + laplace_evals,
-                      "seconds": time.perf_counter() - started, "retried": retried,
-                      "outside_support": outside_support}
+        return grid, potentials, retried, timed
 
     def _make_grid(self, transform):
         kind = self.kind
@@ -119,6 +153,13 @@ def _quadratic_features(z: np.ndarray) -> np.ndarray:
 
 
 def load_grid(path, dim: int):
+    """A grid from an ``.npz`` file (``save_grid``), or a fitted grid object as it is."""
+    if hasattr(path, "value_and_grad") and hasattr(path, "domain_"):
+        grid = path
+        if grid.n_features_in_ != dim:
+            raise ValueError(f"the grid given has d = {grid.n_features_in_}; this step "
+                             f"samples d = {dim}.")
+        return grid
     with np.load(path, allow_pickle=False) as data:
         kind = str(data["kind"])
     classes = {"SmolyakGrid": SmolyakGrid, "NaiveGrid": NaiveGrid}

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import copy
+import os
 import warnings
 
 import numpy as np
@@ -206,14 +206,10 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         self.max_workers = max_workers
         self.progressbar = progressbar
         self.grid_ = None
+        self._save_grid = save_grid
         self._start_at_centre = grid is None and bounds is None
         if not self.exact:
             kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
-        # The domain search's own seed, drawn from a copy: the sampling stream is untouched.
-        given = kwargs.get("rng")
-        self._rng_given = (None if given is None else np.random.default_rng(
-            copy.deepcopy(given) if isinstance(given, np.random.Generator) else given
-        ).integers(2**63))
         super().__init__(vars, **kwargs)
         if self.context.dim:
             warnings.warn(
@@ -224,16 +220,17 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
                 UserWarning,
                 stacklevel=2,
             )
+        # No model evaluation here: the grid is built at first use (``_refit``,
+        # ``_current_point``) or by ``precompute()``.
+        self._domain_given = self._given_domain(bounds, mean, cov)
         if grid is not None:
             self.grid_ = load_grid(grid, self.dim)
             self.precompute_ = {"nodes": self.grid_.n_nodes_, "model_evals": 0, "seconds": 0.0,
-                                "retried": 0, "loaded": str(grid)}
-        else:
-            self.grid_, self.precompute_ = self._build_grid(bounds, mean, cov)
-        if save_grid is not None:
-            self.precompute_["saved"] = self.grid_.save(save_grid)
-        self._box_gaussian()
-        self.chain = self._new_chain()
+                                "retried": 0, "loaded": str(grid) if isinstance(grid, str | os.PathLike) else type(grid).__name__}
+            if save_grid is not None:
+                self.precompute_["saved"] = self.grid_.save(save_grid)
+            self._box_gaussian()
+            self.chain = self._new_chain()
         if not self.exact:
             warnings.warn(
                 "SparseGridHMC(exact=False): the paper's GHMC-complete. After tuning, draws "
@@ -248,8 +245,13 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     # ------------------------------------------------------------ the chain
     def _new_chain(self) -> ChainState:
         chain = super()._new_chain()
-        if getattr(self, "grid_", None) is None or not hasattr(self, "box_cov_"):
-            return chain  # the scratch chain that finds the domain
+        if getattr(self, "grid_", None) is not None and hasattr(self, "box_cov_"):
+            self._start_on_grid(chain)
+        return chain
+
+    def _start_on_grid(self, chain: ChainState) -> None:
+        """A chain that starts on a grid built before it (given, or by an earlier chain of
+        this process): the box's Gaussian as its first metric, no warm-up."""
         rng = self.rng.spawn(1)[0]
         if self.dense_mass is False:
             chain.metric = QuadPotentialDiag(np.diag(self.box_cov_).copy(), rng=rng)
@@ -259,7 +261,19 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         # The metric and step size re-adapt on the grid at the skeleton's refit times,
         # from iteration 52 on (the first needs tuning states for the chain's scale).
         chain.fits.last_iteration = 1
-        return chain
+
+    @property
+    def _learns_from_store(self) -> bool:
+        """The warm-up's box is found from every chain's evaluations (the store's)."""
+        return self.store is not None and not self.pseudo_marginal
+
+    def _refit(self, chain: ChainState) -> None:
+        """The first fit, at the end of the warm-up, builds the grid (outside the refit's
+        numerical-failure guard: a failing model is reported, not retried)."""
+        if self.grid_ is None:
+            self._read_shared(chain)
+            self._precompute_grid(chain)
+        super()._refit(chain)
 
     def _fit_surrogate(self, chain: ChainState, **settings):
         """A designed surrogate is fitted once, before sampling: refits only re-adapt the
@@ -308,7 +322,12 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
 
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         self._q_now = q
-        if (self.tune and chain.iteration == 0 and self._start_at_centre
+        if self.grid_ is None and self._domain_given is not None:
+            self._precompute_grid(None)  # a given domain: built at first use
+        if (self.grid_ is not None and chain.surrogate is None and self.tune
+                and chain.iteration == 0):
+            self._start_on_grid(chain)
+        if (self.grid_ is not None and self.tune and chain.iteration == 0 and self._start_at_centre
                 and not self.grid_.contains(q) and self._centre_is_higher(q)):
             # Tuning starts at the Laplace mean (a mode estimate), as the skeleton's climb
             # to the mode does: from PyMC's initial point far outside the box a black box's
@@ -327,6 +346,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     def stop_tuning(self):
         chain = self.chain
         first = not chain.frozen
+        if self.grid_ is None:  # tuning ended before the warm-up did
+            return super().stop_tuning()
         share = self._outside_share(chain) if first and not self.has_gradient else 0.0
         moves = self._move_rate_in_box(chain) if first else None
         tuned = chain.iteration
@@ -375,7 +396,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
 
     def _extra_stats(self, chain: ChainState) -> dict:
         point = chain.current
-        inside = point is not None and self.grid_.contains(point.q)
+        inside = point is not None and self.grid_ is not None and self.grid_.contains(point.q)
         stats = {"approximate": self._approximate(chain), "in_domain": inside}
         if stats["approximate"]:
             stats["model_logp"] = np.nan
