@@ -322,6 +322,7 @@ def test_sparse_grid_precompute_through_an_executor_matches_the_model(server, ex
     with linear_model(model_op(server.url, "linear")) as model, executor() as pool:
         step = SparseGridHMC(bounds=(mean - 3 * sd, mean + 3 * sd), max_nodes=100, executor=pool,
                              progressbar=False, save_grid=tmp_path / "grid.npz")
+        step.precompute()  # the constructor evaluates nothing
         logp = model.compile_logp()
     assert server.calls()[0] - before >= step.precompute_["nodes"] > 50
     grid = np.load(tmp_path / "grid.npz")  # the nodes (theta is untransformed) and U there

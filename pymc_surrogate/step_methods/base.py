@@ -141,7 +141,7 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
             self._BlockedStep__newargs = newargs[0], {**newargs[1], "executor": None}
         self.store = make_store(store, owner)
         self.sharing = SharedEvaluations(
-            self.store, not self.pseudo_marginal and self.policy.source == "evaluations",
+            self.store, self._learns_from_store(),
             self.explore_steps, self.tuning.own_exploration_share,
         )
         self.sharing.bind(model, vars, store, self.dim, self.context.dim)
@@ -297,6 +297,12 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
             chain.surrogate, chain.training.positions[keep], potentials,
             self.policy.weights(potentials, float(potentials.min()), self.dim),
         )
+
+    def _learns_from_store(self) -> bool:
+        """Whether the chain learns from the evaluations other chains share: a surrogate
+        learnt from model evaluations; never a noisy (pseudo-marginal) logp, whose
+        estimates are the chain's own."""
+        return not self.pseudo_marginal and self.policy.source == "evaluations"
 
     def _tuning_now(self, chain: ChainState) -> bool:
         """Whether the chain is in tuning and still adapting."""

@@ -40,7 +40,7 @@ class GridField:
     def _surrogate_field(self, chain: ChainState, model_outside: bool = True):
         """eq. 3.11: the interpolant inside the domain, the true model outside (a black box,
         or ``model_outside=False``: the grid's continuation, ``_continuation``)."""
-        grid = chain.surrogate
+        grid = self.grid_  # every chain's surrogate (also at the first fit, before it is set)
         if self.has_gradient and model_outside:
             def outside(q):
                 return self._blend_to_model(chain, q)
@@ -118,7 +118,7 @@ class GridField:
         states outside the box, ``OUTSIDE_SHARE``): a mixture of two exact kernels whose
         weights do not depend on the state, so the chain stays exact.
         """
-        if self.has_gradient or self._approximate(chain) or chain.frozen:
+        if self.has_gradient or self._approximate(chain) or chain.frozen or self.grid_ is None:
             return super()._explores_now(chain)
         return super()._explores_now(chain) or not self.grid_.contains(self._q_now)
 
@@ -152,7 +152,7 @@ class GridField:
         """
         divergence = super()._watch_draw(chain, info, fallback, surrogate)
         record = self.health
-        if not record.at_checkpoint():
+        if not record.at_checkpoint() or self.grid_ is None:
             return divergence
         outside = float(np.mean([not self.grid_.contains(q) for q in record.positions]))
         if outside > self._outside_draws_limit(record.draws):

@@ -7,12 +7,17 @@ import time
 
 import numpy as np
 import scipy.spatial
+from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
 
 from pymc_surrogate.step_methods.batch_evaluation import INFINITE, evaluate_logp
 from pymc_surrogate.step_methods.evaluator import infinite_logp_error
+from pymc_surrogate.step_methods.grid_domain import MAX_GROWTH
+from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.surrogates.base import Domain
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
 
-__all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "load_grid"]
+__all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "load_grid",
+           "precompute_grid"]
 
 
 class GridPrecomputeError(RuntimeError):
@@ -22,13 +27,83 @@ class GridPrecomputeError(RuntimeError):
 class GridPrecompute:
     """Mixin of ``SparseGridHMC``: the grid and its precomputed values."""
 
-    def _build_grid(self, bounds, mean, cov) -> tuple[object, dict]:
-        """The domain, its grid's nodes evaluated, the grid fitted; and what it cost."""
+    def precompute(self):
+        """Build the grid now, over the domain given (``bounds=``, or ``mean=`` and
+        ``cov=``), and return it (as ``grid_``; its cost in ``precompute_``). Without a
+        given domain the grid is built at the end of the first chain's warm-up; a step
+        made with ``grid=`` has one already."""
+        if self.grid_ is None:
+            if self._domain_given is None:
+                raise ValueError(
+                    "SparseGridHMC.precompute() needs the domain (bounds=, or mean= and cov=); "
+                    "without it the grid is built from the warm-up, in pm.sample.")
+            self._precompute_grid(None)
+        return self.grid_
+
+    def _start_on_grid(self, chain: ChainState) -> None:
+        """A chain that starts on a grid built before it (given, or by an earlier chain of
+        this process): the box's Gaussian as its first metric, no warm-up."""
+        rng = self.rng.spawn(1)[0]
+        if self.dense_mass is False:
+            self.kernel.use(metric=QuadPotentialDiag(np.diag(self.box_cov_).copy(), rng=rng))
+        else:
+            self.kernel.use(metric=QuadPotentialFull(self.box_cov_.copy(), rng=rng))
+        self._use_surrogate(chain, self.grid_)
+        # The metric and step size re-adapt on the grid at the skeleton's refit times,
+        # from iteration 52 on (the first needs tuning states for the chain's scale).
+        chain.fits.last_iteration = 1
+
+    def _learns_from_store(self) -> bool:
+        """The warm-up's box is found from every chain's evaluations (the store's)."""
+        return not self.pseudo_marginal
+
+    def _refit(self, chain: ChainState) -> None:
+        """The first fit, at the end of the warm-up, builds the grid (outside the refit's
+        numerical-failure guard: a failing model is reported, not retried)."""
+        if self.grid_ is None:
+            self._read_shared(chain)
+            self._precompute_grid(chain)
+        super()._refit(chain)
+
+    def _precompute_grid(self, chain) -> None:
+        """The grid over the given domain, or over the warm-up's box grown where the
+        posterior has not fallen off at a face (``_grown_domain``); and what it cost."""
         started = time.perf_counter()
-        domain, transform, laplace_evals = self._domain(bounds, mean, cov)
+        domain, transform = (self._domain_given if self._domain_given is not None
+                             else self._warm_up_domain(chain))
+        spent, boxes = {"model_evals": 0, "retried": 0}, 0
+        while True:
+            grid, potentials, retried, timed = self._grid_over(domain, transform)
+            spent["model_evals"] += grid.n_nodes_ + retried + timed
+            spent["retried"] += retried
+            boxes += 1
+            grown = (None if self._domain_given is not None or boxes > MAX_GROWTH
+                     else self._grown_domain(grid, potentials))
+            if grown is None:
+                break
+            domain = grown
+        values, outside_support = fill_outside_support(potentials, grid.nodes_)
+        grid.fit(grid.nodes_, values)
+        self.grid_ = grid
+        self.precompute_ = {"nodes": int(grid.n_nodes_), "boxes": boxes, **spent,
+                            "seconds": time.perf_counter() - started,
+                            "outside_support": outside_support}
+        if self._save_grid is not None:
+            self.precompute_["saved"] = grid.save(self._save_grid)
+        self._box_gaussian()
+
+    def _grid_over(self, domain, transform):
+        """A grid's nodes over ``domain`` and the model's potentials there (unfitted)."""
         grid = self._make_grid(transform)
+        nodes = self._design(grid, domain)
+        potentials, retried, timed = self._precompute(nodes)
+        return grid, potentials, retried, timed
+
+    def _design(self, grid, domain) -> np.ndarray:
+        """The grid's nodes over ``domain``; a grid over budget named (no model evaluation:
+        the constructor checks the settings with it on the unit box)."""
         try:
-            nodes = grid.design(domain)
+            return grid.design(domain)
         except ValueError as err:
             raise ValueError(
                 f"SparseGridHMC: {err} In d = {self.dim} a grid that resolves the "
@@ -36,13 +111,9 @@ class GridPrecompute:
                 "raise `max_nodes`, or use SurrogateHMC / AdaptiveSurrogateHMC, whose "
                 "cost does not grow with a grid."
             ) from err
-        potentials, retried, timed = self._precompute(nodes)
-        potentials, outside_support = fill_outside_support(potentials, nodes)
-        grid.fit(nodes, potentials)
-        return grid, {"nodes": int(nodes.shape[0]), "laplace_evals": laplace_evals,
-                      "model_evals": int(nodes.shape[0]) + retried + timed + laplace_evals,
-                      "seconds": time.perf_counter() - started, "retried": retried,
-                      "outside_support": outside_support}
+
+    def _check_grid_settings(self) -> None:
+        self._design(self._make_grid(None), Domain(np.zeros(self.dim), np.ones(self.dim)))
 
     def _make_grid(self, transform):
         kind = self.kind
@@ -119,6 +190,13 @@ def _quadratic_features(z: np.ndarray) -> np.ndarray:
 
 
 def load_grid(path, dim: int):
+    """A grid from an ``.npz`` file (``save_grid``), or a fitted grid object as it is."""
+    if hasattr(path, "value_and_grad") and hasattr(path, "domain_"):
+        grid = path
+        if grid.n_features_in_ != dim:
+            raise ValueError(f"the grid given has d = {grid.n_features_in_}; this step "
+                             f"samples d = {dim}.")
+        return grid
     with np.load(path, allow_pickle=False) as data:
         kind = str(data["kind"])
     classes = {"SmolyakGrid": SmolyakGrid, "NaiveGrid": NaiveGrid}
@@ -130,3 +208,15 @@ def load_grid(path, dim: int):
             f"the grid in {path} has d = {grid.n_features_in_}; this step samples d = {dim}."
         )
     return grid
+
+
+def precompute_grid(vars=None, **settings):
+    """A grid over a given domain, built now (inside a model context): what
+    ``SparseGridHMC(grid=...)`` reuses without evaluating anything.
+
+    ``settings``: ``SparseGridHMC``'s (``bounds=`` or ``mean=`` and ``cov=`` required;
+    ``k``, ``kind``, ``level``, ``max_nodes``, ``executor``, ``save_grid``, ``model``, ...).
+    """
+    from pymc_surrogate.step_methods.sparse_grid_hmc import SparseGridHMC
+
+    return SparseGridHMC(vars, **settings).precompute()

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import copy
+import os
 import warnings
 
 import numpy as np
 from pymc.stats.convergence import WarningType
-from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
 
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods import stats as _stats
@@ -21,13 +20,14 @@ from pymc_surrogate.step_methods.grid_precompute import (
     GridPrecompute,
     GridPrecomputeError,
     load_grid,
+    precompute_grid,
 )
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.training import TrainingPolicy
 from pymc_surrogate.step_methods.vocabulary import inner_setting
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["SparseGridHMC", "GridPrecomputeError"]
+__all__ = ["SparseGridHMC", "GridPrecomputeError", "precompute_grid"]
 
 GRIDS = ("auto", "smolyak", "naive")
 #: Below this acceptance of grid trajectories in late tuning, a chain is told its grid
@@ -43,26 +43,32 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     ``concurrent.futures.Executor``; the trajectories run on its interpolant inside the
     domain and on the true model outside it (sparse-grid-hmc eq. 3.11). By default every
     draw is accepted with the true logp, so the chain targets the exact posterior. The
-    grid is computed in ``__init__`` and shared by every chain (``cores=1`` and
-    ``cores>1``).
+    constructor evaluates nothing: the grid is built at the end of the first chain's
+    warm-up (the exact exploration every step method tunes with, shared by the chains
+    through ``store``), over a box found from it, and later chains of the process start on
+    it; over a given domain it is built at first use, or now by ``precompute()``; with
+    ``cores>1`` each process builds its own.
 
     Parameters
     ----------
     vars : list of continuous variables, optional (default: all of the model's)
-    grid : str or path, optional
+    grid : str, path or grid, optional
         An ``.npz`` file written by ``save_grid`` (or ``NaiveGrid.save`` /
-        ``SmolyakGrid.save``): reuse its nodes and values, evaluate nothing.
+        ``SmolyakGrid.save``), or a fitted grid (``precompute()``'s): reuse its nodes and
+        values, evaluate nothing.
     save_grid : str or path, optional
         Write the precomputed grid there.
     bounds : (lower, upper), optional
         The domain as an axis-aligned box in the sampler's (unconstrained) space.
     mean, cov : array, optional
         The domain as a box of ``±k`` standard deviations along the principal axes of
-        ``cov`` around ``mean``. Default (no ``bounds``, ``mean``/``cov``, ``grid``): a
-        Laplace approximation, from the L-BFGS climb and Newton Hessian of the exploration
-        (gradient models) or, for black boxes, the value-regression Laplace probe of
-        ``explore_steps`` gradient-free exploration steps (the covariance of their second
-        half if no probe could be fitted).
+        ``cov`` around ``mean``. Default (no ``bounds``, ``mean``/``cov``, ``grid``): from
+        the warm-up's ``explore_steps`` exploration iterations (every chain's in the
+        store): ``±k`` sds along the principal axes of the evaluations within
+        ``d / 2 + 3 sqrt(d / 2)`` of the lowest potential, wide enough to hold them all,
+        then grown by half its width past each face where the grid's nodes have not risen
+        ``k^2 / 4`` above the lowest (at most ``MAX_GROWTH`` times, a grid each): the
+        Laplace box of §3.5 missed the banana's arms (§6).
     k : float
         Half-width of the box in standard deviations (default 3).
     kind : {"auto", "smolyak", "naive"}
@@ -87,9 +93,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         Processes of the default executor (default: the CPU count).
     progressbar : bool or "auto"
         Show the precompute's progress. "auto" (default): when the grid would take more than
-        ``PARALLEL_AFTER`` seconds (10) in this process, judged from one timed logp. The
-        grid is built when the step is constructed, before ``pm.sample``, so
-        ``pm.sample(progressbar=False)`` cannot hide it: pass ``progressbar=False`` here.
+        ``PARALLEL_AFTER`` seconds (10) in this process, judged from one timed logp.
+        ``pm.sample(progressbar=False)`` does not hide it: pass ``progressbar=False`` here.
     exact : bool
         ``True`` (default): every draw is accepted with the true logp. ``False``: the
         paper's GHMC-complete (§5): after tuning, the acceptance uses the interpolated
@@ -106,9 +111,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
 
     Notes
     -----
-    sparse-grid-hmc §3.3-3.5, Algorithms 2-3, §5, App. B. The box is rotated to the
-    principal axes of the Laplace covariance (the paper's is axis-aligned), whose sds are
-    checked by the model's rise at the box's faces. Outside the domain a gradient model's
+    sparse-grid-hmc §3.3-3.5, Algorithms 2-3, §5, §6, App. B. The box is rotated to the
+    principal axes of the warm-up's evaluations (the paper's is axis-aligned). Outside the domain a gradient model's
     trajectories use its exact potential and gradient (counted in ``model_evals``),
     blended in over one box sd so that the potential has no jump at the faces; a black
     box has no gradient there: its trajectories follow the interpolant at the nearest face
@@ -118,8 +122,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     the support: the interpolant continues the potential there (a quadratic fitted to the
     finite nodes) and the correction rejects what crosses the edge; a node whose
     evaluation *raises* is a failure (retried once, then reported). The
-    precompute's cost is in ``precompute_`` (``nodes``, ``model_evals``, ``seconds``,
-    ``retried``, ``outside_support``). Stats beyond ``SurrogateHMC``'s: ``approximate``,
+    precompute's cost is in ``precompute_`` (``nodes``, ``boxes``, ``model_evals``,
+    ``seconds``, ``retried``, ``outside_support``). Stats beyond ``SurrogateHMC``'s: ``approximate``,
     ``in_domain``.
 
     References
@@ -131,7 +135,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     Examples
     --------
     >>> step = SparseGridHMC(max_nodes=500, save_grid="grid.npz")  # inside a model context
-    >>> idata = pm.sample(step=step, tune=500)
+    >>> idata = pm.sample(step=step, tune=1000)  # the grid is built after the warm-up
     >>> step = SparseGridHMC(grid="grid.npz")  # later: no model evaluation before sampling
     """
 
@@ -206,14 +210,10 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         self.max_workers = max_workers
         self.progressbar = progressbar
         self.grid_ = None
+        self._save_grid = save_grid
         self._start_at_centre = grid is None and bounds is None
         if not self.exact:
             kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
-        # The domain search's own seed, drawn from a copy: the sampling stream is untouched.
-        given = kwargs.get("rng")
-        self._rng_given = (None if given is None else np.random.default_rng(
-            copy.deepcopy(given) if isinstance(given, np.random.Generator) else given
-        ).integers(2**63))
         super().__init__(vars, **kwargs)
         if self.context.dim:
             warnings.warn(
@@ -224,16 +224,18 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
                 UserWarning,
                 stacklevel=2,
             )
+        # No model evaluation here: the grid is built at first use (``_refit``,
+        # ``_current_point``) or by ``precompute()``.
+        self._domain_given = self._given_domain(bounds, mean, cov)
+        self._check_grid_settings()
         if grid is not None:
             self.grid_ = load_grid(grid, self.dim)
             self.precompute_ = {"nodes": self.grid_.n_nodes_, "model_evals": 0, "seconds": 0.0,
-                                "retried": 0, "loaded": str(grid)}
-        else:
-            self.grid_, self.precompute_ = self._build_grid(bounds, mean, cov)
-        if save_grid is not None:
-            self.precompute_["saved"] = self.grid_.save(save_grid)
-        self._box_gaussian()
-        self.chain = self._new_chain()
+                                "retried": 0, "loaded": str(grid) if isinstance(grid, str | os.PathLike) else type(grid).__name__}
+            if save_grid is not None:
+                self.precompute_["saved"] = self.grid_.save(save_grid)
+            self._box_gaussian()
+            self.chain = self._new_chain()
         if not self.exact:
             warnings.warn(
                 "SparseGridHMC(exact=False): the paper's GHMC-complete. After tuning, draws "
@@ -248,17 +250,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     # ------------------------------------------------------------ the chain
     def _new_chain(self) -> ChainState:
         chain = super()._new_chain()
-        if getattr(self, "grid_", None) is None or not hasattr(self, "box_cov_"):
-            return chain  # the scratch chain that finds the domain
-        rng = self.rng.spawn(1)[0]
-        if self.dense_mass is False:
-            self.kernel.use(metric=QuadPotentialDiag(np.diag(self.box_cov_).copy(), rng=rng))
-        else:
-            self.kernel.use(metric=QuadPotentialFull(self.box_cov_.copy(), rng=rng))
-        self._use_surrogate(chain, self.grid_)
-        # The metric and step size re-adapt on the grid at the skeleton's refit times,
-        # from iteration 52 on (the first needs tuning states for the chain's scale).
-        chain.fits.last_iteration = 1
+        if getattr(self, "grid_", None) is not None and hasattr(self, "box_cov_"):
+            self._start_on_grid(chain)
         return chain
 
     def _fit_surrogate(self, chain: ChainState, **settings):
@@ -308,7 +301,12 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
 
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         self._q_now = q
-        if (self.tune and chain.iteration == 0 and self._start_at_centre
+        if self.grid_ is None and self._domain_given is not None:
+            self._precompute_grid(None)  # a given domain: built at first use
+        if (self.grid_ is not None and chain.surrogate is None and self.tune
+                and chain.iteration == 0):
+            self._start_on_grid(chain)
+        if (self.grid_ is not None and self.tune and chain.iteration == 0 and self._start_at_centre
                 and not self.grid_.contains(q) and self._centre_is_higher(q)):
             # Tuning starts at the Laplace mean (a mode estimate), as the skeleton's climb
             # to the mode does: from PyMC's initial point far outside the box a black box's
@@ -327,6 +325,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     def stop_tuning(self):
         chain = self.chain
         first = not chain.frozen
+        if self.grid_ is None:  # tuning ended before the warm-up did
+            return super().stop_tuning()
         share = self._outside_share(chain) if first and not self.has_gradient else 0.0
         moves = self._move_rate_in_box(chain) if first else None
         tuned = chain.iteration
@@ -375,7 +375,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
 
     def _extra_stats(self, chain: ChainState) -> dict:
         point = chain.current
-        inside = point is not None and self.grid_.contains(point.q)
+        inside = point is not None and self.grid_ is not None and self.grid_.contains(point.q)
         stats = {"approximate": self._approximate(chain), "in_domain": inside}
         if stats["approximate"]:
             stats["model_logp"] = np.nan
