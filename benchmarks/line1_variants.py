@@ -71,9 +71,8 @@ def exploration_share(probability: float = 0.1) -> None:
     """A fixed share of the draws on the exact exploration kernel (a mixture of exact
     kernels, as for a chain whose surrogate stalled in tuning)."""
     def share(step, chain):
-        if chain.explore.probability == 0:
-            chain.explore.probability = probability
-            chain.explore.history = step._explore_history(chain)
+        if step.exploration.probability == 0:
+            step.exploration.freeze(step._model_access(chain), step.rng, probability=probability)
     _after_stop_tuning(share)
 
 

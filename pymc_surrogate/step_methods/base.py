@@ -29,17 +29,27 @@ from pymc.vartypes import continuous_types
 from pymc_surrogate.core.transitions import independence_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
-from pymc_surrogate.step_methods.batch_evaluation import refuse_in_a_rerun_script
+from pymc_surrogate.step_methods.batch_evaluation import (
+    INFINITE,
+    _NodeLogp,
+    evaluate_logp,
+    refuse_in_a_rerun_script,
+)
 from pymc_surrogate.step_methods.block_context import BlockContext
 from pymc_surrogate.step_methods.corrections import SurrogateKernel
 from pymc_surrogate.step_methods.coverage import Coverage, tempered
 from pymc_surrogate.step_methods.defaults import TUNING
 from pymc_surrogate.step_methods.draw_bound import DrawBound
-from pymc_surrogate.step_methods.evaluator import Evaluator
-from pymc_surrogate.step_methods.exploration import Exploration
+from pymc_surrogate.step_methods.evaluator import Evaluator, infinite_logp_error
+from pymc_surrogate.step_methods.exploration import (
+    Exploration,
+    ModelAccess,
+    default_explore_steps,
+    draw_prior,
+)
 from pymc_surrogate.step_methods.health import ChainHealth
 from pymc_surrogate.step_methods.heavy_tails import TailJumps
-from pymc_surrogate.step_methods.model_functions import ModelFunctions
+from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
 from pymc_surrogate.step_methods.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.step_methods.refit import Refits
@@ -53,7 +63,6 @@ from pymc_surrogate.step_methods.settings import (
 from pymc_surrogate.step_methods.sharing import SharedEvaluations, make_store
 from pymc_surrogate.step_methods.state import (
     ChainState,
-    ExploreState,
     FitSchedule,
     SurrogateStepState,
 )
@@ -62,7 +71,7 @@ from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
+class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
@@ -126,13 +135,19 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
         self.kernel = SurrogateKernel(self.correction, self.n_inner, path_length,
                                       target_accept, max_energy_error, self.tuning)
         self.explore_steps = (
-            self._default_explore_steps() if explore_steps == "auto" else int(explore_steps)
+            default_explore_steps(self.functions.has_gradient, self.dim)
+            if explore_steps == "auto" else int(explore_steps)
         )
         self.tune = True
         super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
         self.context = BlockContext(self.functions.shared, self.dim, owner)
         self.explore_executor, self.explore_tries = exploration_executor(
             executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
+        self.exploration = Exploration(
+            self.has_gradient, self.dim, path_length, max_energy_error,
+            self.explore_tries if self.explore_executor is not None else None,
+            self.pseudo_marginal, self.tuning,
+        )
         # PyMC keeps the constructor's arguments to rebuild the step when unpickling
         # (BlockedStep.__new__, which skips __init__; the state restores the rest): the
         # executor stays out of them, as out of the state.
@@ -151,8 +166,8 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
             else "pm.DEMetropolisZ or pm.Slice",
         )
         self.surrogate_tuning = SurrogateTuning(
-            (self.sharing.tuned or self._batched_exploration) and self.context.dim == 0,
-            self.explore_tries if self._batched_exploration else 1, self.tuning,
+            (self.sharing.tuned or self.exploration.batched) and self.context.dim == 0,
+            self.explore_tries if self.exploration.batched else 1, self.tuning,
         )
         measures = self._measures_coverage()
         self.coverage = Coverage(
@@ -204,8 +219,6 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
         self.kernel.use(metric, initial_step)  # exploration's, until a first fit
         return ChainState(
             training=TrainingSet(self.dim, self.context.dim),
-            explore_adapt=DualAverageAdaptation(1.0, self._explore_target(), 0.05, 0.75, 10),
-            explore=ExploreState(recent_moves=deque(maxlen=self.tuning.stuck_window)),
             fits=FitSchedule(recent_corrections=deque(maxlen=self.tuning.inner_window)),
         )
 
@@ -252,6 +265,71 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
         if tuned_length is not None:  # the final fit restarted the length at the full path
             self._choose_draw_length(chain, tuned_length)
 
+    def _explores_now(self, chain: ChainState) -> bool:
+        """Whether this iteration runs the exact exploration kernel (``exploration.py``)."""
+        return self.exploration.now(chain.surrogate is not None, chain.frozen, self.rng)
+
+    def _explore_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
+        """One exact exploration transition (``exploration.py``)."""
+        if not self.has_gradient and self._executor_left_behind and chain.iteration == 0:
+            self._warn(
+                chain, WarningType.BAD_PARAMS,
+                "the executor stayed in the parent process (it does not travel to PyMC's "
+                "worker processes), so this chain explores one model call at a time. "
+                "Sample with cores=1 to explore in batches on the executor.",
+            )
+        return self.exploration.step(current, self._model_access(chain), self.kernel,
+                                     first=chain.iteration == 0 and self.tune,
+                                     tuning_now=self._tuning_now(chain), rng=self.rng)
+
+    def _model_access(self, chain: ChainState) -> ModelAccess:
+        """What the exploration asks of the model for this chain."""
+        return ModelAccess(
+            evaluate=lambda q, with_grad: self._evaluate(chain, q, with_grad=with_grad),
+            diagnose=lambda q: self.evaluator.evaluate(chain, q, True, self.tune),
+            evaluate_batch=lambda points: self._evaluate_batch(chain, points),
+            late_states=lambda: self._late_tuning_states(chain)[0],
+            draw_prior=self._draw_prior,
+            training=chain.training,
+        )
+
+    def _draw_prior(self, n: int) -> np.ndarray:
+        """``n`` draws that seed the exploration's population (``exploration.draw_prior``)."""
+        return draw_prior(self._model, [v.name for v in self.vars], self.dim, n, self.rng)
+
+    def _evaluate_batch(self, chain: ChainState, points: np.ndarray) -> list[ChainPoint]:
+        """The true potential at each row of ``points``, evaluated at once on
+        ``explore_executor`` (``batch_evaluation.py``), counted and kept as ``_evaluate``
+        keeps one."""
+        points = np.array([self.functions.representable(q) for q in points])
+        result = evaluate_logp(points, self.functions, self._model, self.vars,
+                               executor=self.explore_executor, progressbar=False,
+                               owner=type(self).__name__, node_logp=self._node_logp())
+        chain.counts.logp_evals += points.shape[0]
+        where = f"sampler iteration {chain.iteration}, {'tune' if self.tune else 'draw'} phase"
+        for row, message in sorted(result.errors.items()):
+            described = self.evaluator.describe(points[row])
+            if message == INFINITE:
+                raise infinite_logp_error(type(self).__name__, described, where)
+            raise ModelEvaluationError(
+                f"{type(self).__name__}: the model's logp raised twice on the executor at "
+                f"{where} at {described}: {message}"
+            )
+        out = []
+        for q, logp in zip(points, result.logp):
+            # -inf or NaN: outside the support, a rejection as in ``Evaluator``
+            point = ChainPoint(q, -float(logp) if np.isfinite(logp) else np.inf, None)
+            self._keep(chain, point)
+            out.append(point)
+        return out
+
+    def _node_logp(self):
+        """The model as workers compile it, pickled once per step (not per batch)."""
+        if self._node_logp_cache is None:
+            self._node_logp_cache = _NodeLogp.from_model(self._model, self.vars,
+                                                         type(self).__name__)
+        return self._node_logp_cache
+
     def _surrogate_step(self, chain: ChainState, current: ChainPoint,
                         record: bool = True) -> TransitionInfo:
         """One corrected surrogate transition; ``record=False``: its model evaluation is no
@@ -282,7 +360,7 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
         message = self.tails.choose(
             states, potentials, chain.whitening, self._surrogate_field(chain),
             lambda q: self._evaluate(chain, q, with_grad=False, record=False).potential,
-            self.rng, stalled=chain.explore.probability > 0,
+            self.rng, stalled=self.exploration.probability > 0,
         )
         if message:
             self._warn(chain, WarningType.CONVERGENCE, message, level="info")
@@ -346,7 +424,7 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
         if not rows:
             return
         states = np.array([chain.positions[row] for row in rows])
-        if self._batched_exploration:
+        if self.exploration.batched:
             points = self._evaluate_batch(chain, states)
         else:
             points = [self._evaluate(chain, states[0], with_grad=self.has_gradient)]
@@ -411,7 +489,7 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
         q = q0.data.astype(np.float64, copy=False)
         logp_before, grad_before = chain.counts.logp_evals, chain.counts.grad_evals
         chain.on_surrogate = self.surrogate_tuning.active(
-            self._tuning_now(chain), chain.surrogate is not None, chain.explore.paused)
+            self._tuning_now(chain), chain.surrogate is not None, self.exploration.paused)
         current = self._current_point(chain, q)
 
         # 1. the phase, 2. its kernel
@@ -426,7 +504,7 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
             info = self._explore_step(chain, current)
         else:
             info = self._surrogate_step(chain, current)
-            chain.explore.recent_moves.append(info.accepted)
+            self.exploration.note_move(info.accepted)
 
         # 3. adaptation (tune only), then the online policy's hook
         if chain.on_surrogate:
@@ -434,7 +512,7 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
         elif self.tune and not chain.frozen:
             self._adapt(chain, info, exploring)
             if exploring:  # after the fit decision, which counts the iterations before this
-                self.sharing.count_exploration(self._exploration_units())
+                self.sharing.count_exploration(self.exploration.units)
         self._after_iteration(chain, info)
         chain.iteration += 1
         chain.current, chain.current_approximate = info.point, chain.on_surrogate
@@ -447,7 +525,7 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
         # draws, while a stuck surrogate is set aside, or after a failed fit (not the
         # planned exploration before the first fit).
         fallback = exploring and (
-            chain.frozen or chain.explore.paused or chain.fits.last_error is not None
+            chain.frozen or self.exploration.paused or chain.fits.last_error is not None
         )
         warning = None
         if not self.tune:  # a divergence's debug record
@@ -486,17 +564,8 @@ class SurrogateStep(Refits, MassMatrix, Exploration, ArrayStepShared):
 
     def _adapt(self, chain: ChainState, info: TransitionInfo, exploring: bool) -> None:
         """Step sizes, path length, mass matrix, tuning trace, and the refit schedule."""
-        if exploring and not self.has_gradient:
-            chain.explore_adapt.update(info.adapt_stat, True)
-            chain.explore.adapted += 1
-        elif exploring:
-            # Exact HMC adapts its own kernel, before the first fit and in the fallback after
-            # it, never the surrogate's (SparseGridHMC's, there from the start): the
-            # surrogate trajectories' step size learns from their steps only.
-            if chain.surrogate is None or chain.exact_metric is not None:
-                metric, step_adapt = self._exact_kernel(chain)
-                step_adapt.update(info.adapt_stat, True)
-                metric.update(info.point.q, info.point.grad, True)
+        if exploring:
+            self.exploration.adapt(info, self.kernel, chain.surrogate is not None)
         else:
             self.kernel.adapt(info)
         chain.positions.append(info.point.q)

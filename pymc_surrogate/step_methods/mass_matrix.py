@@ -105,7 +105,7 @@ class MassMatrix:
         """
         if self.dense_mass != "auto":
             return bool(self.dense_mass)
-        probe = chain.explore.probe
+        probe = self.exploration.probe
         if probe is None:
             return False
         scale = np.sqrt(np.diag(probe.cov))

@@ -69,7 +69,7 @@ class Refits:
     def _final_fit(self, chain: ChainState) -> bool:
         """The fit on all tuning data when tuning ends; False if the draws have no surrogate."""
         if chain.surrogate is None and not self._enough_data(chain):
-            chain.explore.history = self._explore_history(chain)
+            self.exploration.freeze(self._model_access(chain), self.rng)
             short = self._data_shortfall(chain)
             self._warn(
                 chain, WarningType.BAD_PARAMS,
@@ -79,10 +79,10 @@ class Refits:
                 f"least {self._suggested_tune()} for this model).",
             )
             return False
-        stuck = chain.explore.paused or self._surrogate_stuck(chain)
+        stuck = self.exploration.paused or self.exploration.stuck()
         self._refit(chain)
         if chain.surrogate is None:
-            chain.explore.history = self._explore_history(chain)
+            self.exploration.freeze(self._model_access(chain), self.rng)
             self._warn(
                 chain, WarningType.BAD_PARAMS,
                 f"no surrogate fit succeeded in a chain's {chain.iteration} tuning iterations "
@@ -104,8 +104,8 @@ class Refits:
             # A surrogate that stopped moving the chain in tune may do so again in the
             # draws; a fixed share of exact exploration steps keeps the chain exact and
             # moving (a mixture of two kernels that both leave the posterior invariant).
-            chain.explore.probability = self.tuning.stuck_explore_probability
-            chain.explore.history = self._explore_history(chain)
+            self.exploration.freeze(self._model_access(chain), self.rng,
+                                    probability=self.tuning.stuck_explore_probability)
             self._warn(
                 chain, WarningType.BAD_ACCEPTANCE,
                 f"the surrogate moved a chain in fewer than {self.tuning.stuck_acceptance:.0%} of "
@@ -143,12 +143,12 @@ class Refits:
             if self._enough_data(chain) and self._fit_due(chain):
                 self._refit(chain)
             return
-        if chain.explore.paused:
+        if self.exploration.paused:
             if self._fit_due(chain):
                 self._refit(chain)
             return
-        if self._surrogate_stuck(chain):
-            chain.explore.paused = True
+        if self.exploration.stuck():
+            self.exploration.pause()
             return
         chain.fits.accept_since.append(info.correction_acceptance)
         chain.fits.recent_corrections.append(info.correction_acceptance)
@@ -226,12 +226,11 @@ class Refits:
         chain.fits.last_error = None
         if first:
             chain.fits.first_iteration = chain.iteration
-            if chain.exact_metric is None:  # exploration's kernel, kept for the fallback
-                chain.exact_metric, chain.exact_step_adapt = kept[2][:2]
+            # exploration's kernel, kept for the fallback
+            self.exploration.keep_exact_kernel(*kept[2][:2])
         chain.fits.last_iteration = chain.iteration + 1
         chain.fits.accept_since = []
-        chain.explore.recent_moves.clear()
-        chain.explore.paused = False
+        self.exploration.resume()
         chain.counts.fits += 1
 
     def _warm_up(self, chain: ChainState, chain_scale: Whitening, field,

@@ -352,21 +352,22 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
                 f"poorly. Increase `tune` (to at least {self._suggested_tune()}).",
             )
         high = OUTSIDE_SHARE[1]
-        if self.exact and share > self._outside_threshold() and chain.explore.probability == 0.0:
-            chain.explore.probability = min(share, high)
-            chain.explore.history = self._explore_history(chain)
+        if (self.exact and share > self._outside_threshold()
+                and self.exploration.probability == 0.0):
+            self.exploration.freeze(self._model_access(chain), self.rng,
+                                    probability=min(share, high))
             if share > 0.2:
                 self._warn(
                     chain, WarningType.BAD_PARAMS,
                     f"{share:.0%} of a chain's late tuning states lie outside the grid's box, "
                     f"where a black box has no model of the posterior: "
-                    f"{chain.explore.probability:.0%} of its draws use the exact gradient-free "
+                    f"{self.exploration.probability:.0%} of its draws use the exact gradient-free "
                     "exploration kernel (stat `fallback`), which is correct but mixes slowly. "
                     "Widen the box (a larger k, or bounds= / mean= and cov= that cover the "
                     "posterior).",
                 )
         if not self.exact:
-            self.chain.explore.probability = 0.0  # one target: exp(-U~) everywhere
+            self.exploration.never_in_draws()  # one target: exp(-U~) everywhere
             self.chain.current = self.chain.current_key = None  # its potential is U~ now
 
     def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:

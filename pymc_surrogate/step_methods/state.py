@@ -13,13 +13,12 @@ from typing import Any
 import numpy as np
 from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
-from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "ExploreState", "OnlineState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FitSchedule", "OnlineState", "SurrogateStepState"]
 
 
 @dataclass
@@ -46,21 +45,6 @@ class FitSchedule:
 
 
 @dataclass
-class ExploreState:
-    """Exploration and the stall fallback (exploration.py)."""
-
-    history: np.ndarray | None = None  # frozen DE history when exploring in draws
-    prior_draws: np.ndarray | None = None  # seeds the DE history early in exploration
-    recent_moves: deque = field(default_factory=deque)  # accepted flags, last surrogate steps
-    paused: bool = False  # tune: surrogate stuck, exploring until the next fit
-    probability: float = 0.0  # draws: share of exploration steps (stuck surrogate)
-    probe: Any = None  # a Laplace approximation from values or gradients (surrogates/laplace.py)
-    probe_size: int = 0  # training-set size at the last probe fit
-    probe_draws: np.ndarray | None = None  # its draws: the DE history while it exists
-    adapted: int = 0  # tune's updates of the DE scale factor (explore_adapt)
-
-
-@dataclass
 class OnlineState:
     """Online learning of VariationalHMC (variational_hmc.py)."""
 
@@ -75,11 +59,6 @@ class ChainState:
     """One chain's state: kernel adaptation, the chain, the surrogate, and the groups."""
 
     training: TrainingSet
-    explore_adapt: DualAverageAdaptation
-    # exploration.py: exact HMC's own mass matrix and step size once a fit has replaced
-    # ``metric`` and ``step_adapt`` with the surrogate's (None: no fit yet, they are these)
-    exact_metric: Any = None
-    exact_step_adapt: DualAverageAdaptation | None = None
     current: ChainPoint | None = None  # with its true logp, cached
     current_key: bytes | None = None
     current_approximate: bool = False  # current's potential is the surrogate's (surrogate_tuning.py)
@@ -93,7 +72,6 @@ class ChainState:
     whitening: Whitening | None = None  # the posterior scale of the last fit
     counts: Counts = field(default_factory=Counts)
     fits: FitSchedule = field(default_factory=FitSchedule)
-    explore: ExploreState = field(default_factory=ExploreState)
     online: OnlineState = field(default_factory=OnlineState)
 
 
@@ -108,3 +86,4 @@ class SurrogateStepState(StepMethodState):
     sharing: Any
     surrogate_tuning: Any
     kernel: Any
+    exploration: Any

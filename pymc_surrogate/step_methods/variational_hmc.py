@@ -212,7 +212,7 @@ class VariationalHMC(SurrogateStep):
         The exploration's Newton probe (mode and inverse finite-difference Hessian), or,
         when it failed or is not positive definite, the tuning states' mean and covariance.
         """
-        probe = chain.explore.probe
+        probe = self.exploration.probe
         if probe is not None:
             try:
                 precision = np.linalg.inv(np.linalg.cholesky(probe.cov))
@@ -322,7 +322,7 @@ class VariationalHMC(SurrogateStep):
     def stop_tuning(self):
         super().stop_tuning()
         if not self.exact:
-            self.chain.explore.probability = 0.0  # no exact fallback: no model evaluation
+            self.exploration.never_in_draws()  # no exact fallback: no model evaluation
 
     def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
         if self.exact:

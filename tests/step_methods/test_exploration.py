@@ -6,6 +6,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_surrogate import SurrogateHMC
+from pymc_surrogate.step_methods.mode_climb import climb_to_mode
 
 
 def test_population_is_drawn_from_the_prior():
@@ -49,7 +50,8 @@ def _climb(model, start=None):
         start = np.concatenate([np.ravel(point[v.name]) for v in step.vars])
     first = step._evaluate(chain, np.asarray(start, dtype=float), with_grad=True)
     before = chain.counts.grad_evals
-    end = step._climb_to_mode(chain, first)
+    end = climb_to_mode(first, lambda q: step._evaluate(chain, q, with_grad=True),
+                        lambda q: step.evaluator.evaluate(chain, q, True, True), step.tuning)[0]
     return end, chain.counts.grad_evals - before
 
 

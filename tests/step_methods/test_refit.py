@@ -6,6 +6,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_surrogate import SurrogateHMC
+from pymc_surrogate.step_methods.mode_climb import climb_to_mode
 
 
 def test_fit_learns_from_where_the_chain_is_not_from_a_funnels_neck():
@@ -23,7 +24,8 @@ def test_fit_learns_from_where_the_chain_is_not_from_a_funnels_neck():
         step = SurrogateHMC()
     chain = step.chain
     start = step._evaluate(chain, np.r_[2.0, np.ones(9)], with_grad=True)
-    step._climb_to_mode(chain, start)
+    climb_to_mode(start, lambda q: step._evaluate(chain, q, with_grad=True),
+                  lambda q: step.evaluator.evaluate(chain, q, True, True), step.tuning)
     assert chain.training.potentials.min() < -50  # the climb did reach the neck
 
     rng = np.random.default_rng(0)
