@@ -4,7 +4,7 @@
 one of these installed. Each is a change of one method of the step, patched on the class
 before sampling (so it reaches the chains' processes only where PyMC forks them: Linux,
 PyMC 5); none is part of the package, and each now runs on top of the package's own
-lowered black-box draws (``step_methods/draw_bound.py``). What each gave, measured before
+lowered black-box draws (``step_methods/adaptation/draw_bound.py``). What each gave, measured before
 those, is in benchmarks/notes/design_history.md, "Why line 1 of issue 36 ..." (the metric from 1000 surrogate
 draws measured there was a scratch patch, not kept here). Every variant keeps the draws
 exact: it changes a fixed field the surrogate kernel runs on, a fixed mixture of exact
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_surrogate.step_methods.base import SurrogateStep
-from pymc_surrogate.step_methods.refit import Refits
+from pymc_surrogate.step_methods.adaptation.refit import Refits
 
 __all__ = ["VARIANTS", "install"]
 

@@ -118,7 +118,7 @@ def reference(args) -> None:
 # 2. Learning curve
 # ---------------------------------------------------------------------------------------
 def _potentials(model, X):
-    from pymc_surrogate.step_methods.model_functions import ModelFunctions
+    from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
 
     f = ModelFunctions(model, model.value_vars, model.initial_point())
     U, G = np.empty(len(X)), np.empty_like(X)
@@ -129,7 +129,7 @@ def _potentials(model, X):
 
 
 def _fit(P, U, G, variant, seed):
-    from pymc_surrogate.step_methods.training import TrainingPolicy
+    from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
     from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
     from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -230,7 +230,7 @@ def geometry(args) -> None:
     coef, *_ = np.linalg.lstsq(A, gw, rcond=None)
     quad_share = float(1 - (gw - A @ coef).var(0).sum() / gw.var(0).sum())
     # Whitened Hessians by central differences of the gradient at n_hess draws.
-    from pymc_surrogate.step_methods.model_functions import ModelFunctions
+    from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
 
     f = ModelFunctions(model, model.value_vars, model.initial_point())
     L = W.chol

@@ -48,7 +48,7 @@ from benchmarks.harness import DEFAULT_RESULTS_DIR, environment_meta, git_commit
 from benchmarks.models import make_pde_model  # noqa: E402
 from pymc_surrogate import SurrogateHMC  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
-from pymc_surrogate.step_methods.evaluation_store import EvaluationStore  # noqa: E402
+from pymc_surrogate.step_methods.evaluation.store import EvaluationStore  # noqa: E402
 
 CHILD = textwrap.dedent("""
     import sys

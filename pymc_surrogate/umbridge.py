@@ -32,7 +32,7 @@ from pytensor.gradient import DisconnectedType, grad_not_implemented
 from pytensor.graph.basic import Apply
 
 from pymc_surrogate.compat import VJPOp
-from pymc_surrogate.step_methods.batch_evaluation import refuse_in_a_rerun_script
+from pymc_surrogate.step_methods.evaluation.batch import refuse_in_a_rerun_script
 
 __all__ = ["DEFAULT_TIMEOUT", "UMBridgeError", "UMBridgeOp", "model_op"]
 

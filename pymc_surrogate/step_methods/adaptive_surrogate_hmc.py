@@ -7,7 +7,7 @@ import numpy as np
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.surrogate_hmc import SurrogateHMC
-from pymc_surrogate.step_methods.training import TrainingPolicy
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 
 __all__ = ["AdaptiveSurrogateHMC"]
 

@@ -3,7 +3,7 @@
 ``astep`` is a template method, as PyMC's ``BaseHMC.astep``: pick the phase (exploration,
 tail jump or surrogate kernel) → run the kernel → adapt (tune only) → stats. The pieces
 live beside it: ``evaluator.py`` (the true model), ``training.py`` (what the surrogate
-learns from), ``exploration.py``, ``refit.py``, ``corrections.py``, ``heavy_tails.py``
+learns from), ``exploration.py``, ``refit.py``, ``kernels/surrogate_kernel.py``, ``kernels/tail_jumps.py``
 (tail jumps), ``state.py`` and ``stats.py``. A step class chooses a surrogate
 (``_make_surrogate``), a ``TrainingPolicy`` and a correction, and says little else.
 """
@@ -29,44 +29,44 @@ from pymc.vartypes import continuous_types
 from pymc_surrogate.core.transitions import independence_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
-from pymc_surrogate.step_methods.batch_evaluation import (
+from pymc_surrogate.step_methods.evaluation.batch import (
     INFINITE,
     _NodeLogp,
     evaluate_logp,
     refuse_in_a_rerun_script,
 )
-from pymc_surrogate.step_methods.block_context import BlockContext
-from pymc_surrogate.step_methods.corrections import SurrogateKernel
-from pymc_surrogate.step_methods.coverage import Coverage, tempered
-from pymc_surrogate.step_methods.defaults import TUNING
-from pymc_surrogate.step_methods.draw_bound import DrawBound
-from pymc_surrogate.step_methods.evaluator import Evaluator, infinite_logp_error
-from pymc_surrogate.step_methods.exploration import (
+from pymc_surrogate.step_methods.evaluation.block_context import BlockContext
+from pymc_surrogate.step_methods.kernels.surrogate_kernel import SurrogateKernel
+from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
+from pymc_surrogate.step_methods.settings import TUNING
+from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
+from pymc_surrogate.step_methods.evaluation.evaluator import Evaluator, infinite_logp_error
+from pymc_surrogate.step_methods.warmup.exploration import (
     Exploration,
     ModelAccess,
     default_explore_steps,
     draw_prior,
 )
-from pymc_surrogate.step_methods.health import ChainHealth
-from pymc_surrogate.step_methods.heavy_tails import TailJumps
-from pymc_surrogate.step_methods.model_functions import ModelEvaluationError, ModelFunctions
-from pymc_surrogate.step_methods.mass_matrix import MassMatrix
+from pymc_surrogate.step_methods.health.chain_health import ChainHealth
+from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
+from pymc_surrogate.step_methods.evaluation.model_functions import ModelEvaluationError, ModelFunctions
+from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.refit import Refits
-from pymc_surrogate.step_methods.vocabulary import FINITE_DIFFERENCE, gradient_setting
-from pymc_surrogate.step_methods.surrogate_tuning import SurrogateTuning
+from pymc_surrogate.step_methods.adaptation.refit import Refits
+from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE, gradient_setting
+from pymc_surrogate.step_methods.adaptation.surrogate_tuning import SurrogateTuning
 from pymc_surrogate.step_methods.settings import (
     block_variables,
     check_settings,
     exploration_executor,
 )
-from pymc_surrogate.step_methods.sharing import SharedEvaluations, make_store
+from pymc_surrogate.step_methods.evaluation.sharing import SharedEvaluations, make_store
 from pymc_surrogate.step_methods.state import (
     ChainState,
     FitSchedule,
     SurrogateStepState,
 )
-from pymc_surrogate.step_methods.training import TrainingPolicy, TrainingSet
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy, TrainingSet
 
 __all__ = ["SurrogateStep", "ChainState"]
 
@@ -89,7 +89,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
     #: The logp is a noisy, unbiased likelihood estimate kept at the current state
     #: (``KernelHMC(pseudo_marginal=True)``): its noise, not a move's size, caps the
     #: acceptance, which the exploration (``exploration.py``) and the chain health checks
-    #: (``health.py``) then allow for.
+    #: (``health/chain_health.py``) then allow for.
     pseudo_marginal = False
     #: The surrogate learns from gradients (VariationalHMC): ``use_gradient`` may then be
     #: "finite_difference", and a model without a gradient needs it.
@@ -97,7 +97,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
     #: Where black-box exploration evaluates in batches (``exploration.py``; None: serially).
     explore_executor = None
     explore_tries = 4
-    #: The surrogate kernel's correction and inner transitions (``corrections.py``); the
+    #: The surrogate kernel's correction and inner transitions (``kernels/surrogate_kernel.py``); the
     #: step classes set them from their settings before ``SurrogateStep.__init__``.
     correction = "surrogate_transition"
     n_inner = 1
@@ -299,7 +299,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
 
     def _evaluate_batch(self, chain: ChainState, points: np.ndarray) -> list[ChainPoint]:
         """The true potential at each row of ``points``, evaluated at once on
-        ``explore_executor`` (``batch_evaluation.py``), counted and kept as ``_evaluate``
+        ``explore_executor`` (``evaluation/batch.py``), counted and kept as ``_evaluate``
         keeps one."""
         points = np.array([self.functions.representable(q) for q in points])
         result = evaluate_logp(points, self.functions, self._model, self.vars,
@@ -343,7 +343,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
                                       self.rng)
 
     def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
-        """The Hamiltonian correction's length for the draws (``corrections.py``)."""
+        """The Hamiltonian correction's length for the draws (``kernels/surrogate_kernel.py``)."""
         if chain.current is None:
             return
         start = self._current_point(chain, chain.current.q)
@@ -354,7 +354,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         chain.current, chain.current_key = start, self.evaluator.key(start.q)
 
     def _choose_tail_jumps(self, chain: ChainState) -> None:
-        """The draws' tail jumps, measured on the final fit (``heavy_tails.py``)."""
+        """The draws' tail jumps, measured on the final fit (``kernels/tail_jumps.py``)."""
         states, potentials = self._late_tuning_states(chain)
         # Not training data: AdaptiveSurrogateHMC would learn from them in the draws.
         message = self.tails.choose(
@@ -574,7 +574,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
 
     def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
                     surrogate: bool) -> SamplerWarning | None:
-        """The draw's chain health (``health.py``); a divergence's debug record."""
+        """The draw's chain health (``health/chain_health.py``); a divergence's debug record."""
         return self.health.watch(info, fallback, surrogate, self._chain_name(),
                                  chain.iteration)
 

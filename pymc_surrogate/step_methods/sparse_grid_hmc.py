@@ -12,22 +12,21 @@ from pymc.stats.convergence import WarningType
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.base import SurrogateStep
-from pymc_surrogate.step_methods.batch_evaluation import SERIAL
-from pymc_surrogate.step_methods.corrections import CORRECTIONS
-from pymc_surrogate.step_methods.grid_domain import GridDomain
-from pymc_surrogate.step_methods.grid_field import OUTSIDE_SHARE, GridField
-from pymc_surrogate.step_methods.grid_precompute import (
+from pymc_surrogate.step_methods.evaluation.batch import SERIAL
+from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
+from pymc_surrogate.step_methods.grid.domain import GridDomain
+from pymc_surrogate.step_methods.grid.field import OUTSIDE_SHARE, GridField
+from pymc_surrogate.step_methods.grid.precompute import (
     GridPrecompute,
     GridPrecomputeError,
     load_grid,
-    precompute_grid,
 )
 from pymc_surrogate.step_methods.state import ChainState
-from pymc_surrogate.step_methods.training import TrainingPolicy
-from pymc_surrogate.step_methods.vocabulary import inner_setting
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
+from pymc_surrogate.step_methods.settings import inner_setting
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["SparseGridHMC", "GridPrecomputeError", "precompute_grid"]
+__all__ = ["SparseGridHMC", "GridPrecomputeError"]
 
 GRIDS = ("auto", "smolyak", "naive")
 #: Below this acceptance of grid trajectories in late tuning, a chain is told its grid

@@ -15,7 +15,7 @@ from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
 
 from pymc_surrogate.core.types import ChainPoint
-from pymc_surrogate.step_methods.training import TrainingSet
+from pymc_surrogate.step_methods.adaptation.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["ChainState", "Counts", "FitSchedule", "OnlineState", "SurrogateStepState"]

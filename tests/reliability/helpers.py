@@ -15,7 +15,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy import stats as sps
 
-from pymc_surrogate.step_methods.model_functions import symbolic_gradient
+from pymc_surrogate.step_methods.evaluation.model_functions import symbolic_gradient
 
 
 

@@ -131,7 +131,7 @@ def test_fallback_warning_reaches_the_parent_from_worker_processes(step, caplog)
     if designed(step.cls):  # its grid drives the draws, with an untuned step size
         assert len([m for m in messages if "too early to adapt" in m]) == 2, messages
         assert not stats["fallback"].values.any()
-        # (a draw that is no surrogate move is a tail jump: heavy_tails.py)
+        # (a draw that is no surrogate move is a tail jump: kernels/tail_jumps.py)
         assert (stats["uses_surrogate"].values | stats["tail_jump"].values).all()
     else:
         assert len([m for m in messages if "too early to fit a surrogate" in m]) == 2, messages

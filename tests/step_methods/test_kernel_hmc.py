@@ -76,7 +76,7 @@ def test_auto_temperature_keeps_the_surrogate_no_steeper_than_the_model():
     """``T``: the largest rise ratio surrogate / model over the points evaluated, in
     [1, MAX_TEMPERATURE]; a fit right in the bulk but steeper in a tail is tempered by the
     tail's ratio (a slope fitted by least squares followed the bulk and missed it)."""
-    from pymc_surrogate.step_methods.kernel_fit import MAX_TEMPERATURE, _tempered_misfit
+    from pymc_surrogate.step_methods.adaptation.kernel_fit import MAX_TEMPERATURE, _tempered_misfit
 
     rng = np.random.default_rng(0)
     potentials = rng.chisquare(5, size=200) / 2

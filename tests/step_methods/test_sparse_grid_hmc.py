@@ -412,7 +412,7 @@ def test_a_black_box_conjugate_regression_is_recovered():
 
 def test_a_cheap_grid_prints_no_progress_bar_by_default(capsys, monkeypatch):
     # progressbar="auto": shown only when the grid would take over PARALLEL_AFTER seconds
-    from pymc_surrogate.step_methods import batch_evaluation
+    from pymc_surrogate.step_methods.evaluation import batch as batch_evaluation
 
     shown = []
     real = batch_evaluation._Progress

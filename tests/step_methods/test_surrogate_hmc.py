@@ -7,7 +7,7 @@ import pymc as pm
 import pytest
 
 from pymc_surrogate import AdaptiveSurrogateHMC, ModelEvaluationError, SurrogateHMC
-from pymc_surrogate.step_methods.coverage import tempered
+from pymc_surrogate.step_methods.adaptation.coverage import tempered
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from tests.conftest import correlated_gaussian, gaussian_model, with_tuning
 from tests.reliability.helpers import assert_moments

@@ -1,0 +1,1 @@
+"""SparseGridHMC's domain, grid precompute and grid field."""

@@ -1,0 +1,1 @@
+"""Chain-health checks in the draws and the warnings a step queues."""

@@ -1,0 +1,1 @@
+"""The surrogate kernels, their tuned values and their exact corrections."""

@@ -1,0 +1,1 @@
+"""The exact exploration that gathers the training data, shared by the chains through the store."""

@@ -1,0 +1,100 @@
+"""Chain health in the draws (``step_methods/health/chain_health.py``): a useless chain is never silent.
+
+A deliberately broken step whose surrogate kernel never moves (a valid but useless kernel:
+it leaves every distribution invariant) must produce one warning per chain that names the
+chain and what to do, with ``cores=1`` and ``cores=2``; a healthy run produces none.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_surrogate import SurrogateHMC
+
+RUN = dict(draws=250, tune=200, chains=2, progressbar=False, compute_convergence_checks=False,
+           random_seed=3)
+
+
+class NeverMoves(SurrogateHMC):
+    """Rejects every surrogate proposal in the draws (module level: it must pickle)."""
+
+    def _surrogate_step(self, chain, current, record=True):
+        info = super()._surrogate_step(chain, current, record)
+        if chain.frozen:
+            return info._replace(point=current, accepted=False, accept_prob=0.0)
+        return info
+
+
+class Crawls(SurrogateHMC):
+    """Exact but useless in the draws: a random-walk Metropolis step of 0.01 sd."""
+
+    def _surrogate_step(self, chain, current, record=True):
+        info = super()._surrogate_step(chain, current, record)
+        if not chain.frozen:
+            return info
+        proposal = self._evaluate(chain, current.q + 0.01 * self.rng.standard_normal(self.dim),
+                                  with_grad=False, record=False)
+        accept = min(1.0, float(np.exp(current.potential - proposal.potential)))
+        moved = self.rng.uniform() < accept
+        return info._replace(point=proposal if moved else current, accepted=moved,
+                             accept_prob=accept)
+
+
+def _messages(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_stuck_chains_are_named(caplog, cores):
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.sample(step=NeverMoves(tail_jumps=0), cores=cores, **RUN)
+    stuck = [m for m in _messages(caplog) if "rejected its last 100 draws" in m]
+    assert sorted(m.split(" has rejected")[0].split(": ")[-1] for m in stuck) == ["chain 0", "chain 1"]
+    assert all("Increase `tune`" in m and "NUTS" in m for m in stuck)
+    # the same chains' low acceptance is its own symptom, told once per chain
+    assert len([m for m in _messages(caplog) if "accepted 0% of the surrogate" in m]) == 2
+
+
+def test_slow_mixing_is_told(caplog):
+    """A chain that moves (every draw accepted) but mixes far too slowly to estimate."""
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.sample(step=Crawls(tail_jumps=0), cores=1, **{**RUN, "draws": 450})
+    slow = [m for m in _messages(caplog) if "effective sample size of" in m]
+    assert len(slow) == 2 and "chain 0" in slow[0] and "chain 1" in slow[1]
+
+
+def test_healthy_run_is_quiet(caplog):
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.sample(step=SurrogateHMC(), cores=1, **{**RUN, "draws": 500})  # past the ESS check
+    assert not [m for m in _messages(caplog) if "SurrogateHMC" in m]
+
+
+
+class NeverMovesNoisy(NeverMoves):
+    """``NeverMoves`` judged as a pseudo-marginal chain (a noisy likelihood estimate)."""
+
+    pseudo_marginal = True
+
+
+def test_a_pseudo_marginal_chain_is_judged_on_its_own_scale(caplog):
+    """Correct pseudo-marginal chains reject 90-190 draws in a row at the optimal noise
+    (docs/design.md, "Chain health"): 250 rejections are not called stuck, 1000 are, and the
+    chain's ESS is judged at 800 draws (a chain that never moves has none)."""
+    run = {**RUN, "chains": 1}
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.sample(step=NeverMovesNoisy(tail_jumps=0), cores=1, **run)
+    assert not [m for m in _messages(caplog) if "in a row" in m or "effective sample" in m]
+    caplog.clear()
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.sample(step=NeverMovesNoisy(tail_jumps=0), cores=1, **{**run, "draws": 1050})
+    assert len([m for m in _messages(caplog) if "rejected its last 1000 draws" in m]) == 1
+    assert len([m for m in _messages(caplog) if "effective sample size of" in m]) == 1

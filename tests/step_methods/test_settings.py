@@ -1,0 +1,140 @@
+"""One vocabulary across the five step methods: a shared idea has one name, one set of
+values and (unless listed below with its reason) one default; old spellings still work for
+one release, with a FutureWarning that names the new one."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_surrogate import STEP_METHODS, SurrogateHMC, VariationalHMC
+from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE
+from tests.reliability.registry import init_parameters
+
+#: Shared parameters whose defaults differ on purpose, and why.
+DIFFERENT_DEFAULTS = {
+    # "auto" was measured for the random-network steps (logistic regression d = 50: min ESS
+    # x2-3 for the same evaluations); the other three keep 1 until it is measured for them.
+    "n_inner": {"SurrogateHMC": "auto", "AdaptiveSurrogateHMC": "auto", "VariationalHMC": 1,
+                "KernelHMC": 1, "SparseGridHMC": 1},
+    # the online learner's recursive least squares costs s^2 per update
+    "max_hidden": {"SurrogateHMC": 500, "AdaptiveSurrogateHMC": 200, "VariationalHMC": 500},
+    # SparseGridHMC's executor evaluates its grid before sampling ("auto": in processes past
+    # 10 s of serial evaluation); the others' batch black-box exploration, serial unless given
+    "executor": {"SurrogateHMC": None, "AdaptiveSurrogateHMC": None, "VariationalHMC": None,
+                 "KernelHMC": None, "SparseGridHMC": "auto"},
+    # KernelHMC's "auto" is 1 for the lite form and 0.5 for the finite one
+    "adaptation_decay": {"AdaptiveSurrogateHMC": 0.5, "KernelHMC": "auto"},
+}
+
+#: The old spellings of "choose for me" (``None``) are gone from every signature; what
+#: ``None`` still means is "not given" or "off".
+NONE_MEANS_NOT_GIVEN = {"model", "rng", "initial_point", "compile_kwargs", "grid", "save_grid",
+                        "bounds", "mean", "cov", "max_workers", "stop_error", "base_scale",
+                        "store", "executor"}
+
+
+def _signatures() -> dict[str, dict[str, inspect.Parameter]]:
+    return {cls.__name__: init_parameters(cls) for cls in STEP_METHODS.values()}
+
+
+def test_a_shared_setting_has_one_default_unless_its_difference_is_explained():
+    signatures = _signatures()
+    names = {name for params in signatures.values() for name in params}
+    for name in sorted(names):
+        defaults = {cls: params[name].default for cls, params in signatures.items()
+                    if name in params}
+        if len(defaults) < 2:
+            continue
+        if name in DIFFERENT_DEFAULTS:
+            assert defaults == DIFFERENT_DEFAULTS[name], (name, defaults)
+        else:
+            assert len({repr(d) for d in defaults.values()}) == 1, (name, defaults)
+
+
+def test_every_step_takes_the_shared_settings_of_the_skeleton():
+    signatures = _signatures()
+    common = set.intersection(*(set(params) for params in signatures.values()))
+    for name in ("use_gradient", "n_inner", "correction", "target_accept", "path_length",
+                 "dense_mass", "explore_steps", "tail_jumps", "max_energy_error", "model",
+                 "rng", "initial_point", "compile_kwargs", "blocked"):
+        assert name in common, name
+
+
+def test_choose_for_me_is_auto_never_none():
+    for cls, params in _signatures().items():
+        for name, param in params.items():
+            if param.default is None:
+                assert name in NONE_MEANS_NOT_GIVEN, (cls, name)
+
+
+def _model():
+    model = pm.Model()
+    with model:
+        pm.Normal("x", 0.0, 1.0, shape=2)
+    return model
+
+
+def _make(cls, **kwargs):
+    extra = {"progressbar": False, "max_nodes": 30} if "progressbar" in init_parameters(cls) else {}
+    return cls(**extra, **kwargs)
+
+
+@pytest.mark.parametrize("cls", list(STEP_METHODS.values()), ids=list(STEP_METHODS))
+def test_each_step_reads_the_shared_values_the_same_way(cls):
+    with _model():
+        for value in ("auto", True, False):
+            if value is False and cls.learns_from_gradients:
+                with pytest.raises(ValueError, match="use_gradient='finite_difference'"):
+                    _make(cls, use_gradient=value)  # no gradient to learn from: says the way out
+            else:
+                assert _make(cls, use_gradient=value).has_gradient is (value is not False)
+        for n_inner in ("auto", 2):
+            assert _make(cls, n_inner=n_inner).n_inner == n_inner
+        for bad, match in (({"n_inner": 0}, "n_inner must be a positive integer or 'auto'"),
+                           ({"n_inner": True}, "n_inner must be"),
+                           ({"use_gradient": "yes"}, "use_gradient must be 'auto', True, False")):
+            with pytest.raises(ValueError, match=match):
+                _make(cls, **bad)
+        if cls.learns_from_gradients:
+            assert _make(cls, use_gradient=FINITE_DIFFERENCE).functions.finite_difference
+        else:
+            with pytest.raises(ValueError, match="use_gradient must be"):
+                _make(cls, use_gradient=FINITE_DIFFERENCE)
+
+
+@pytest.mark.parametrize("cls", list(STEP_METHODS.values()), ids=list(STEP_METHODS))
+def test_use_gradient_none_still_works_and_says_what_replaces_it(cls):
+    with _model():
+        with pytest.warns(FutureWarning, match="use_gradient='auto'"):
+            old = _make(cls, use_gradient=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            new = _make(cls)  # the default warns nothing
+    assert old.has_gradient and new.has_gradient
+
+
+def test_variational_gradient_keyword_still_works_and_says_what_replaces_it():
+    with _model():
+        with pytest.warns(FutureWarning, match="use_gradient='finite_difference'"):
+            old = VariationalHMC(gradient="finite_difference")
+        with pytest.warns(FutureWarning, match="use_gradient='auto'"):
+            VariationalHMC(gradient="model")
+        with pytest.raises(ValueError, match="gradient must be one of"):
+            VariationalHMC(gradient="adjoint")
+    # the old meaning is kept: differences only where PyTensor has no gradient
+    assert old.has_gradient and not old.functions.finite_difference
+
+
+def test_surrogate_alpha_none_still_works_and_says_what_replaces_it():
+    with _model():
+        with pytest.warns(FutureWarning, match="alpha='auto'"):
+            step = SurrogateHMC(alpha=None)
+        with pytest.raises(ValueError, match="alpha must be a positive number or 'auto'"):
+            SurrogateHMC(alpha=-1.0)
+    assert step._surrogate_settings["alpha"] == "auto"
+    assert np.isfinite(SurrogateHMC(alpha=0.1, model=_model())._surrogate_settings["alpha"])
