@@ -97,7 +97,8 @@ from pymc_surrogate import SparseGridHMC
 
 with pm.Model():
     pm.Normal("x", shape=2)
-    SparseGridHMC(executor="process", max_workers=1, max_nodes=9, progressbar=False)
+    SparseGridHMC(executor="process", max_workers=1, max_nodes=9, progressbar=False,
+                  mean=[0.0, 0.0], cov=[[1.0, 0.0], [0.0, 1.0]]).precompute()
 print("FINISHED")
 """
 
@@ -109,7 +110,7 @@ def test_a_script_without_a_main_guard_is_told_what_to_add(tmp_path):
     makes a step, and the parent says what to add."""
     script = tmp_path / "unguarded.py"
     script.write_text(UNGUARDED_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=600, env=env, cwd=tmp_path)
     assert done.returncode != 0
