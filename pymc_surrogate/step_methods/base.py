@@ -47,7 +47,11 @@ from pymc_surrogate.step_methods.warmup.exploration import (
     default_explore_steps,
     draw_prior,
 )
-from pymc_surrogate.step_methods.health.chain_health import ChainHealth
+from pymc_surrogate.step_methods.health.chain_health import (
+    ChainHealth,
+    centred_variables,
+    coordinate_names,
+)
 from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelEvaluationError, ModelFunctions
 from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
@@ -164,6 +168,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             owner, self.pseudo_marginal,
             "NUTS (pm.sample() without `step`)" if self.has_gradient
             else "pm.DEMetropolisZ or pm.Slice",
+            coordinate_names(layout), centred_variables(model, vars),
         )
         self.surrogate_tuning = SurrogateTuning(
             (self.sharing.tuned or self.exploration.batched) and self.context.dim == 0,

@@ -26,7 +26,7 @@ from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.core.types import TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart
 
-__all__ = ["ChainHealth"]
+__all__ = ["ChainHealth", "centred_variables", "coordinate_names"]
 
 #: Consecutive rejected draws that make a chain "stuck" (at acceptance 0.2, the chance of
 #: this many in a row is 2e-10).
@@ -80,14 +80,25 @@ class ChainHealth(ChainPart):
         coordinates only.
     other_samplers : str
         What the advice names as the samplers to use instead.
+    coordinates : list of str, optional
+        The block's coordinates as the user names them (``"theta[2]"``), to name the
+        slowest one.
+    centred : dict, optional
+        Variables of the block whose distribution depends on a positive parameter of the
+        model, by name, with those parameters' names (``centred_variables``): the advice to
+        write them non-centred is given for these only.
     """
 
     _state_class = HealthState
 
-    def __init__(self, owner: str, pseudo_marginal: bool, other_samplers: str):
+    def __init__(self, owner: str, pseudo_marginal: bool, other_samplers: str,
+                 coordinates: list[str] | None = None,
+                 centred: dict[str, tuple[str, ...]] | None = None):
         self.owner = owner
         self.pseudo_marginal = pseudo_marginal
         self.other_samplers = other_samplers
+        self.coordinates = coordinates
+        self.centred = centred or {}
         self.reset()
 
     def warn(self, kind: WarningType, message: str, level: str, iteration: int) -> None:
@@ -175,14 +186,69 @@ class ChainHealth(ChainPart):
             # trace sticks longer than the state's)
             traces = np.array(self.positions) if self.pseudo_marginal else (
                 np.column_stack([self.potentials, np.array(self.positions)]))
-            ess = min(bulk_ess(trace) for trace in traces.T)
-            if ess < MIN_CHAIN_ESS:
+            each = [bulk_ess(trace) for trace in traces.T]
+            worst = int(np.argmin(each))
+            if each[worst] < MIN_CHAIN_ESS:
                 self.tell(
                     "low_ess",
-                    f"the model logp or a coordinate of {chain_name} has an effective "
-                    f"sample size of {ess:.0f} in its first {self.draws} draws: it moves, but "
-                    "too slowly for its estimates to mean anything (check R-hat and ESS of "
-                    "every variable). Increase `tune` and `draws`, reparameterise the model "
-                    f"(e.g. non-centred), or sample it with {others}.",
+                    f"{self._trace_name(worst)} of {chain_name} has an effective sample size "
+                    f"of {each[worst]:.0f} in its first {self.draws} draws: it moves, but too "
+                    "slowly for its estimates to mean anything (check R-hat and ESS of every "
+                    f"variable). Increase `tune` and `draws`, {self._reparameterise()}or "
+                    f"sample it with {others}.",
                     iteration,
                 )
+
+    def _trace_name(self, index: int) -> str:
+        """What the ``index``-th trace of the ESS check is, as the user knows it."""
+        if not self.pseudo_marginal:
+            if index == 0:
+                return "the model logp"
+            index -= 1
+        if self.coordinates is None or index >= len(self.coordinates):
+            return "a coordinate"
+        return f"`{self.coordinates[index]}`"
+
+    def _reparameterise(self) -> str:
+        """The advice to write a centred hierarchy non-centred, where the block has one."""
+        if not self.centred:
+            return ""
+        names = ", ".join(f"`{name}`" for name in self.centred)
+        parents = sorted({parent for given in self.centred.values() for parent in given})
+        return (f"write {names} non-centred (a standard normal times its scale plus its "
+                f"location: its scale depends on {', '.join(f'`{p}`' for p in parents)}), ")
+
+
+def coordinate_names(layout: list[tuple[str, tuple]]) -> list[str]:
+    """The raveled block's coordinates as the user names them: ``x``, ``theta[2]``."""
+    names = []
+    for name, shape in layout:
+        if len(shape) == 0:
+            names.append(name)
+        else:
+            names.extend(f"{name}[{', '.join(map(str, index))}]" for index in np.ndindex(*shape))
+    return names
+
+
+def centred_variables(model, vars) -> dict[str, tuple[str, ...]]:
+    """The block's variables written centred: those whose distribution's scale (its last
+    parameter: ``sigma`` of a normal, Student-t or Cauchy, ``cov`` of a multivariate normal)
+    depends on another free variable of the model, by name with the names of those
+    variables (centred eight schools: ``theta`` on ``tau``; Neal's funnel: ``x`` on ``v``).
+    Empty when the graph cannot be read."""
+    try:
+        from pytensor.graph.traversal import ancestors
+    except ImportError:  # PyTensor 2
+        from pytensor.graph.basic import ancestors
+    free = set(model.free_RVs)
+    out = {}
+    for value in vars:
+        rv = model.values_to_rvs.get(value)
+        try:
+            scale = rv.owner.op.dist_params(rv.owner)[-1]
+            scales = (set(ancestors([scale])) & free) - {rv}
+        except Exception:  # noqa: BLE001 - not a plain random variable: no advice
+            continue
+        if scales:
+            out[rv.name] = tuple(sorted(scale.name for scale in scales))
+    return out

@@ -69,6 +69,32 @@ def test_slow_mixing_is_told(caplog):
     assert len(slow) == 2 and "chain 0" in slow[0] and "chain 1" in slow[1]
 
 
+def _slow_mixing_advice(caplog, centred: bool) -> list[str]:
+    """The slow-mixing warnings of crawling chains on a small hierarchy, written centred
+    (``theta ~ N(mu, tau)``) or non-centred (``theta = mu + tau * z``)."""
+    with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
+        mu = pm.Normal("mu", 0.0, 1.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        if centred:
+            pm.Normal("theta", mu, tau, shape=2)
+        else:
+            pm.Deterministic("theta", mu + tau * pm.Normal("z", 0.0, 1.0, shape=2))
+        pm.sample(step=Crawls(tail_jumps=0), cores=1, **{**RUN, "chains": 1, "draws": 450})
+    return [m for m in _messages(caplog) if "effective sample size of" in m]
+
+
+def test_slow_mixing_advice_fits_the_model(caplog):
+    """The advice to write the model non-centred names the centred variable and its scale,
+    and is not given to a model that is non-centred already; the slowest trace is named."""
+    told = _slow_mixing_advice(caplog, centred=True)
+    assert len(told) == 1 and "write `theta` non-centred" in told[0] and "`tau`" in told[0]
+    caplog.clear()
+    told = _slow_mixing_advice(caplog, centred=False)
+    assert len(told) == 1 and "non-centred" not in told[0]
+    slowest = told[0].split(": ")[1].split(" of chain")[0]
+    assert slowest in {"the model logp", "`mu`", "`tau_log__`", "`z[0]`", "`z[1]`"}, told[0]
+
+
 def test_healthy_run_is_quiet(caplog):
     with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
         pm.Normal("x", 0.0, 1.0, shape=2)
