@@ -232,6 +232,12 @@ def block_variables(model, vars, initial_point: dict, owner: str) -> list:
         vars = model.continuous_value_vars
     else:
         vars = get_value_vars_from_user_vars(vars, model)
+        repeated = sorted({v.name for v in vars if sum(w is v for w in vars) > 1})
+        if repeated:
+            raise ValueError(
+                f"{owner}: vars names {', '.join(repeated)} more than once; give each "
+                "variable once."
+            )
     if not vars:
         discrete_names = [v.name for v in model.value_vars if v.dtype not in continuous_types]
         raise ValueError(
@@ -279,14 +285,18 @@ def check_settings(owner: str, kwargs: dict, target_accept, path_length, max_ene
         )
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+
+
 def _check_positive(name: str, value) -> None:
-    if not (np.isscalar(value) and np.isfinite(value) and value > 0):
+    if not (_is_number(value) and np.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a positive number; got {value!r}.")
 
 
 def _check_open_unit(name: str, value) -> None:
-    if not (np.isscalar(value) and 0 < value < 1):
-        raise ValueError(f"{name} must lie strictly between 0 and 1; got {value!r}.")
+    if not (_is_number(value) and 0 < value < 1):
+        raise ValueError(f"{name} must be a number strictly between 0 and 1; got {value!r}.")
 
 
 def exploration_executor(executor, explore_tries, context_dim: int, owner: str,

@@ -138,3 +138,26 @@ def test_surrogate_alpha_none_still_works_and_says_what_replaces_it():
             SurrogateHMC(alpha=-1.0)
     assert step._surrogate_settings["alpha"] == "auto"
     assert np.isfinite(SurrogateHMC(alpha=0.1, model=_model())._surrogate_settings["alpha"])
+
+
+@pytest.mark.parametrize("name", sorted(STEP_METHODS))
+@pytest.mark.parametrize("settings, words", [
+    (dict(target_accept="0.9"), "target_accept must be a number"),
+    (dict(path_length="2"), "path_length must be a positive number"),
+])
+def test_a_setting_of_the_wrong_type_is_named(name, settings, words):
+    """A string where a number belongs: a clear error naming the setting (it was a bare
+    ``TypeError: '<' not supported`` from deep inside)."""
+    with pm.Model():
+        pm.Normal("x", shape=2)
+        with pytest.raises(ValueError, match=words):
+            STEP_METHODS[name](**settings)
+
+
+def test_a_variable_given_twice_is_named():
+    """``vars=[x, x]`` failed with ``cannot reshape array of size 0``."""
+    with pm.Model():
+        x = pm.Normal("x", shape=2)
+        pm.Normal("y")
+        with pytest.raises(ValueError, match="vars names x more than once"):
+            SurrogateHMC(vars=[x, x])

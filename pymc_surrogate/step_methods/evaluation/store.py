@@ -160,7 +160,15 @@ class EvaluationStore:
             # A connection must not cross a fork: every process opens its own.
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None)
-            _when_unlocked(lambda: _set_up(connection))
+            try:
+                _when_unlocked(lambda: _set_up(connection))
+            except sqlite3.DatabaseError as err:
+                connection.close()
+                raise StoreMismatchError(
+                    f"the file {self.path!r} is not an evaluation store (SQLite: {err}): it is "
+                    "damaged or another kind of file. Give the step another path, or delete "
+                    "the file to start afresh."
+                ) from err
             self._connection, self._pid = connection, os.getpid()
         return self._connection
 
@@ -188,13 +196,14 @@ class EvaluationStore:
         for name in ("key", "dim", "context_dim"):
             if name in held and held[name] != wanted[name]:
                 where = f"the file {self.path!r}" if self.kept else "this store"
+                same = (f" or, if the model is the same and only its graph changed, "
+                        f"EvaluationStore({self.path!r}, key={held['key']!r})"
+                        if name == "key" and self.kept else "")
                 raise StoreMismatchError(
                     f"{where} holds evaluations of another model (its variables: "
                     f"{held.get('variables', '?')}; this step samples {description}; "
                     f"{name} differs). A store belongs to one model: give this model its "
-                    "own path, delete the file to start afresh, or pass "
-                    "EvaluationStore(path, key=...) with the old key if the model is "
-                    "the same and only its graph changed."
+                    f"own path, delete the file to start afresh{same}."
                 )
         self._write_meta({k: v for k, v in wanted.items() if k not in held})
 
@@ -298,9 +307,11 @@ def model_key(model, value_vars, compile_graph) -> str:
     inputs = list(ancestors([compile_graph]))
     for node in io_toposort([i for i in inputs if i.owner is None], [compile_graph]):
         # The Op's class and parameters, never its repr: a default repr holds a memory
-        # address, which would make every run a new model.
+        # address, which would make every run a new model. Not the class's module: the
+        # same Op defined in a script one run and imported from a module the next is
+        # the same model.
         op = node.op
-        digest.update(f"{type(op).__module__}.{type(op).__qualname__}".encode())
+        digest.update(type(op).__qualname__.encode())
         if getattr(op, "__props__", None):
             digest.update(repr(op._props_dict()).encode())
     for var in inputs:

@@ -131,3 +131,54 @@ def test_a_store_refuses_another_model_and_says_what_to_do(tmp_path):
     EvaluationStore(tmp_path / "k.sqlite", key="pde-v1").bind("y", 1, 0, "mu()")
     with pytest.raises(StoreMismatchError):
         EvaluationStore(tmp_path / "k.sqlite", key="pde-v2").bind("x", 1, 0, "mu()")
+
+
+def test_a_file_that_is_no_store_is_named(tmp_path):
+    """A damaged or non-SQLite file: an error that names the file and the way out (it was
+    SQLite's bare ``DatabaseError: file is not a database``)."""
+    path = tmp_path / "run.sqlite"
+    path.write_bytes(b"not a database, just text that happens to be long enough" * 20)
+    with pytest.raises(StoreMismatchError, match="is not an evaluation store") as raised:
+        EvaluationStore(path).bind("k", 2, 0, "x(2,)")
+    assert str(path) in str(raised.value) and "delete the file" in str(raised.value)
+
+
+_OP_SOURCE = '''
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+
+
+class ScriptLogp(Op):
+    __props__ = ()
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        return Apply(self, [x], [pt.dscalar()])
+
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = np.asarray(-0.5 * float(np.sum(inputs[0] ** 2)))
+'''
+
+
+def _key_with_op_from(module_name: str) -> str:
+    namespace = {"__name__": module_name}
+    exec(_OP_SOURCE, namespace)
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2)
+        pm.Potential("lik", namespace["ScriptLogp"]()(x))
+    return model_key(model, model.value_vars, model.logp())
+
+
+def test_the_same_op_defined_in_a_script_or_imported_is_the_same_model():
+    """The key ignores the module an Op's class lives in: defined in the script one run
+    (``__main__``) and imported from a module the next, it is the same model."""
+    assert _key_with_op_from("__main__") == _key_with_op_from("my_solver")
+
+
+def test_a_mismatched_file_names_the_key_it_holds(tmp_path):
+    path = tmp_path / "run.sqlite"
+    EvaluationStore(path).bind("held-key", 2, 0, "x(2,)")
+    with pytest.raises(StoreMismatchError, match="key='held-key'"):
+        EvaluationStore(path).bind("other-key", 2, 0, "x(2,)")
