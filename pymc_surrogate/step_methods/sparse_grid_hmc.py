@@ -64,8 +64,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         ``cov`` around ``mean``. Default (no ``bounds``, ``mean``/``cov``, ``grid``): from
         the warm-up's ``explore_steps`` exploration iterations (every chain's in the
         store): ``±k`` sds along the principal axes of the evaluations within
-        ``d / 2 + 3 sqrt(d / 2)`` of the lowest potential, wide enough to hold them all,
-        then grown by half its width past each face where the grid's nodes have not risen
+        ``d / 2 + 3 sqrt(d / 2)`` of the lowest potential (with a gradient: of the climb's
+        Laplace approximation), wide enough to hold those evaluations, then grown by half its width past each face where the grid's nodes have not risen
         ``k^2 / 4`` above the lowest (at most ``MAX_GROWTH`` times, a grid each): the
         Laplace box of §3.5 missed the banana's arms (§6).
     k : float
