@@ -79,7 +79,7 @@ class GridDomain:
         cov = np.cov(near, rowvar=False).reshape(self.dim, self.dim)
         if len(np.unique(near, axis=0)) <= self.dim or not np.all(np.linalg.eigvalsh(cov) > 0):
             raise ValueError(self._no_domain(chain))
-        mean, probe = near.mean(axis=0), chain.explore.probe
+        mean, probe = near.mean(axis=0), self.exploration.probe
         if self.has_gradient and probe is not None:
             mean, cov = probe.mean, probe.cov  # the climb's Laplace approximation (§3.5)
         domain, transform = principal_box(mean, cov, self.k)
