@@ -303,6 +303,7 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
             "tail_jump": jumping,
             "surrogate_fits": chain.counts.fits,
             "failed_fits": chain.counts.failed_fits,
+            "eval_failures": chain.counts.eval_failures,
             "diverging_total": chain.counts.draw_divergences,
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
@@ -346,7 +347,10 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
                 and (chain.on_surrogate or not chain.current_approximate)):
             return chain.current
         with_grad = self.has_gradient and not chain.frozen
-        return self.evaluator.check_start(self._evaluate(chain, q, with_grad=with_grad))
+        point = self._evaluate(chain, q, with_grad=with_grad)
+        if not np.isfinite(point.potential) and chain.current_approximate and chain.checks.last_good is not None:
+            return chain.checks.last_good  # tuning on the surrogate left the chain where the model fails
+        return self.evaluator.check_start(point)
 
     def _evaluate(
         self, chain: ChainState, q: np.ndarray, with_grad: bool, record: bool = True

@@ -22,9 +22,7 @@ from pymc_surrogate.core.transitions import (
     multiple_try_transition,
 )
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
-from pymc_surrogate.step_methods.batch_evaluation import INFINITE, _NodeLogp, evaluate_logp
-from pymc_surrogate.step_methods.evaluator import infinite_logp_error
-from pymc_surrogate.step_methods.model_functions import ModelEvaluationError
+from pymc_surrogate.step_methods.batch_evaluation import _NodeLogp, evaluate_logp
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.laplace import laplace_at, laplace_from_values
 
@@ -148,21 +146,10 @@ class Exploration:
                                executor=self.explore_executor, progressbar=False,
                                owner=type(self).__name__, node_logp=self._node_logp())
         chain.counts.logp_evals += points.shape[0]
-        where = f"sampler iteration {chain.iteration}, {'tune' if self.tune else 'draw'} phase"
-        for row, message in sorted(result.errors.items()):
-            described = self.evaluator.describe(points[row])
-            if message == INFINITE:
-                raise infinite_logp_error(type(self).__name__, described, where)
-            raise ModelEvaluationError(
-                f"{type(self).__name__}: the model's logp raised twice on the executor at "
-                f"{where} at {described}: {message}"
-            )
-        out = []
-        for q, logp in zip(points, result.logp):
-            # -inf or NaN: outside the support, a rejection as in ``Evaluator``
-            point = ChainPoint(q, -float(logp) if np.isfinite(logp) else np.inf, None)
+        # A row that failed twice, NaN or +inf: a rejection there (evaluator.py)
+        out = self.evaluator.from_batch(chain, points, result.logp, result.errors, self.tune)
+        for point in out:
             self._keep(chain, point)
-            out.append(point)
         return out
 
     def _node_logp(self):

@@ -13,7 +13,6 @@ from pymc_surrogate.core.tail_jumps import (
     assess_tail_jumps,
     independence_acceptance,
 )
-from pymc_surrogate.step_methods.evaluator import ModelEvaluationError
 from pymc_surrogate.step_methods.state import ChainState
 
 __all__ = ["TailJumps"]
@@ -56,14 +55,12 @@ class TailJumps:
         )
         if expected < self.tuning.tail_jump_min_acceptance:
             return
-        try:
-            # Not training data: AdaptiveSurrogateHMC would learn from them in the draws.
-            values = [
-                self._evaluate(chain, q, with_grad=False, record=False).potential
-                for q in proposals
-            ]
-        except ModelEvaluationError:
-            return
+        # Not training data: AdaptiveSurrogateHMC would learn from them in the draws.
+        raised, values = chain.failures.raised, []
+        for q in proposals:
+            values.append(self._evaluate(chain, q, with_grad=False, record=False).potential)
+            if chain.failures.raised > raised:  # a model that raises out there: no jumps
+                return
         chain.tails.check = check = assess_tail_jumps(
             chain.tails.jumps, states, potentials, proposals, values,
             min_acceptance=self.tuning.tail_jump_min_acceptance,
