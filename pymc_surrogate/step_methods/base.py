@@ -347,17 +347,19 @@ class SurrogateStep(Corrections, Refits, MassMatrix, Coverage, DrawBound, Explor
                 and (chain.on_surrogate or not chain.current_approximate)):
             return chain.current
         with_grad = self.has_gradient and not chain.frozen
-        point = self._evaluate(chain, q, with_grad=with_grad)
+        point = self._evaluate(chain, q, with_grad=with_grad, retry=True)
         if not np.isfinite(point.potential) and chain.current_approximate and chain.checks.last_good is not None:
             return chain.checks.last_good  # tuning on the surrogate left the chain where the model fails
         return self.evaluator.check_start(point)
 
     def _evaluate(
-        self, chain: ChainState, q: np.ndarray, with_grad: bool, record: bool = True
+        self, chain: ChainState, q: np.ndarray, with_grad: bool, record: bool = True,
+        retry: bool = False,
     ) -> ChainPoint:
         """Evaluate the true model at ``q``, count it, and keep it as training data (unless
-        ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's)."""
-        point = self.evaluator.evaluate(chain, q, with_grad, self.tune)
+        ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's); ``retry``:
+        the chain's state, where a raise is tried once more (evaluator.py)."""
+        point = self.evaluator.evaluate(chain, q, with_grad, self.tune, retry=retry)
         self._keep(chain, point, record)
         return point
 

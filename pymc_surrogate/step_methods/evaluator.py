@@ -59,8 +59,13 @@ class Evaluator:
                   for s in self.functions.shared.values()]
         return b"".join(parts)
 
-    def evaluate(self, chain, q: np.ndarray, with_grad: bool, tune: bool) -> ChainPoint:
+    def evaluate(self, chain, q: np.ndarray, with_grad: bool, tune: bool,
+                 retry: bool = False) -> ChainPoint:
         """The true potential (and gradient) at ``q``, counted in ``chain``.
+
+        ``retry``: ``q`` is the chain's state (no proposal to reject), where a model that
+        raises is tried once more before ``check_start`` stops the run: a transient failure
+        (a server's, a solver's flake) then costs one call, not the run.
 
         A model that raises, or whose logp is NaN or +inf, or whose gradient is not finite,
         is a rejection at ``q`` (potential +inf; :meth:`reject`); ``check_start`` turns one
@@ -85,6 +90,9 @@ class Evaluator:
             # peer" under cores > 1.
             chain.counts.logp_evals += 1
             chain.counts.grad_evals += int(with_grad)
+            if retry:
+                chain.counts.eval_failures += 1
+                return self.evaluate(chain, q, with_grad, tune)
             return self.reject(chain, q, with_grad, tune, RAISED,
                                f"{type(err).__name__}: {err}",
                                "".join(traceback.format_exception(err)))

@@ -65,7 +65,8 @@ class Exploration:
         """Exact kernels used before a surrogate exists: HMC, or DE-MCz without gradients."""
         if self.has_gradient:
             if current.grad is None:
-                current = self._evaluate(chain, current.q, with_grad=True)
+                current = self.evaluator.check_start(  # the chain's state: no rejection
+                    self._evaluate(chain, current.q, with_grad=True, retry=True))
             if chain.iteration == 0 and self.tune and self.tuning.start_at_mode:
                 current = self._climb_to_mode(chain, current)
             metric, step_adapt = self._exact_kernel(chain)

@@ -1,7 +1,8 @@
 """Robustness under faults: NaN / -inf regions, Ops that raise, degenerate data and scales.
 
 A proposal where the logp is NaN or -inf must be rejected (never accepted, never a crash);
-an Op that raises must surface with its own message and the sampler iteration; data the
+an Op that raises at the chain's starting point must surface with its own message and the
+sampler iteration (at a proposal it is a rejection: ``test_eval_failures.py``); data the
 surrogate cannot learn from (constant values, huge or tiny magnitudes, a rough potential,
 too few points) must never put a NaN into a trajectory, and the draws must stay exact.
 Runs once per step method in ``registry.STEPS``.
@@ -110,13 +111,15 @@ MESSAGE = "solver did not converge"
 
 
 def _fragile_model(gradient: bool):
-    """logp = -|x|^2 / 2, but the 'solver' raises when any x_i > 2.5."""
+    """logp = -|x|^2 / 2, but the 'solver' raises when any x_i > 2.5, as at the initial
+    point: a failure there stops the run (at a proposal it is a rejection)."""
+    start = np.array([3.0, 0.0])
     if gradient:
-        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        x = pm.Normal("x", 0.0, 1.0, shape=2, initval=start)
         ok = pt.all(x < 2.5)
         pm.Potential("solver", Assert(MESSAGE)(pt.constant(0.0, dtype="float64"), ok))
         return
-    x = pm.Flat("x", shape=2, initval=np.zeros(2))
+    x = pm.Flat("x", shape=2, initval=start)
 
     def fragile(q):
         if np.any(q > 2.5):
