@@ -98,7 +98,9 @@ class Evaluator:
                                "".join(traceback.format_exception(err)))
         chain.counts.logp_evals += 1
         if potential == -np.inf:
-            return self.reject(chain, q, with_grad, tune, INFINITE_LOGP, "logp = +inf")
+            return self.reject(chain, q, with_grad, tune, INFINITE_LOGP,
+                               "an infinite density, which cannot be sampled: make the "
+                               "model's logp finite there (model.point_logps())")
         if np.isnan(potential):
             return self.reject(chain, q, with_grad, tune, NAN_LOGP, "logp = NaN")
         if grad_u is not None and np.isfinite(potential) and not np.all(np.isfinite(grad_u)):
