@@ -23,6 +23,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -34,7 +35,7 @@ from pytensor.graph.basic import Apply
 from pymc_surrogate.compat import VJPOp
 from pymc_surrogate.step_methods.evaluation.batch import refuse_in_a_rerun_script
 
-__all__ = ["DEFAULT_TIMEOUT", "UMBridgeError", "UMBridgeOp", "model_op"]
+__all__ = ["DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "UMBridgeError", "UMBridgeOp", "model_op"]
 
 #: Seconds to wait for one answer of the server (an evaluation included) when ``model_op``
 #: is given no ``timeout``. Set it before creating the Op: each Op keeps its own.
@@ -42,6 +43,12 @@ DEFAULT_TIMEOUT: float = 600.0
 
 #: Seconds to wait for a connection: a server that is up accepts at once.
 CONNECT_TIMEOUT: float = 10.0
+
+#: Retries of a request after a transient failure (no connection, no answer within the
+#: timeout, HTTP 5xx) when ``model_op`` is given no ``retries``; waits of ``RETRY_BACKOFF``
+#: seconds, doubled at each retry, between them.
+DEFAULT_RETRIES: int = 2
+RETRY_BACKOFF: float = 0.1
 
 
 class UMBridgeError(RuntimeError):
@@ -58,6 +65,7 @@ def model_op(
     config: Mapping[str, Any] | None = None,
     timeout: float | None | Literal["default"] = "default",
     gradient: bool | Literal["auto"] = "auto",
+    retries: int | None = None,
 ) -> UMBridgeOp:
     """A PyTensor Op that evaluates the UM-Bridge model ``name`` served at ``url``.
 
@@ -80,6 +88,14 @@ def model_op(
         ``"auto"``: use the server's ``Gradient`` if the model supports it, else the Op is a
         black box. ``False``: a black box even if the server has a gradient. ``True``: the
         model must support ``Gradient``.
+    retries : int, optional
+        How many times a request is sent again after a transient failure (the server could
+        not be reached, did not answer within ``timeout``, or answered HTTP 5xx), with waits
+        of 0.1 s, 0.2 s, ... between them; default :data:`DEFAULT_RETRIES` (2). What still
+        fails raises :class:`UMBridgeError`, which the step methods count as a rejected
+        proposal (stat ``eval_failures``). While the server keeps failing, later requests
+        are sent once each until one succeeds (a server that has gone away is not waited
+        for at every point).
 
     Returns
     -------
@@ -108,8 +124,11 @@ def model_op(
         raise ValueError(f"timeout must be a positive number of seconds or None; got {timeout!r}")
     if gradient not in (True, False, "auto"):
         raise ValueError(f"gradient must be True, False or 'auto'; got {gradient!r}")
+    retries = DEFAULT_RETRIES if retries is None else int(retries)
+    if retries < 0:
+        raise ValueError(f"retries must be a non-negative integer; got {retries!r}")
     config_json = json.dumps(dict(config or {}), sort_keys=True)
-    client = _Client(url.rstrip("/"), name, timeout)
+    client = _Client(url.rstrip("/"), name, timeout, retries)
     info = client.get("Info")
     if info.get("protocolVersion") != 1.0:
         raise UMBridgeError(
@@ -140,7 +159,7 @@ def model_op(
     output_sizes = tuple(int(n) for n in client.post("OutputSizes", sizes)["outputSizes"])
     return UMBridgeOp(
         client.url, name, config_json, timeout, bool(gradient) and has_gradient,
-        input_sizes, output_sizes,
+        input_sizes, output_sizes, retries,
     )
 
 
@@ -161,10 +180,12 @@ class UMBridgeOp(VJPOp):
     input_sizes, output_sizes : tuple of int
     """
 
-    __props__ = ("url", "name", "config_json", "timeout", "gradient", "input_sizes", "output_sizes")
+    __props__ = ("url", "name", "config_json", "timeout", "gradient", "input_sizes", "output_sizes",
+                 "retries")
 
     def __init__(self, url: str, name: str, config_json: str, timeout: float | None,
-                 gradient: bool, input_sizes: tuple[int, ...], output_sizes: tuple[int, ...]):
+                 gradient: bool, input_sizes: tuple[int, ...], output_sizes: tuple[int, ...],
+                 retries: int = DEFAULT_RETRIES):
         self.url = url
         self.name = name
         self.config_json = config_json
@@ -172,7 +193,8 @@ class UMBridgeOp(VJPOp):
         self.gradient = gradient
         self.input_sizes = input_sizes
         self.output_sizes = output_sizes
-        self._client = _Client(url, name, timeout)
+        self.retries = retries
+        self._client = _Client(url, name, timeout, retries)
 
     @property
     def config(self) -> dict:
@@ -219,7 +241,8 @@ class UMBridgeOp(VJPOp):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._client = _Client(self.url, self.name, self.timeout)
+        self.__dict__.setdefault("retries", DEFAULT_RETRIES)
+        self._client = _Client(self.url, self.name, self.timeout, self.retries)
 
     def __str__(self) -> str:
         return f"UMBridgeOp{{{self.name}@{self.url}}}"
@@ -281,13 +304,14 @@ def _result(values: Any, size: int, op: UMBridgeOp) -> np.ndarray:
 
 
 class _Client:
-    """Requests to one server: one ``requests.Session`` per process and thread, errors that
-    name the URL."""
+    """Requests to one server: one ``requests.Session`` per process and thread, transient
+    failures retried, errors that name the URL."""
 
-    def __init__(self, url: str, name: str, timeout: float | None):
+    def __init__(self, url: str, name: str, timeout: float | None, retries: int = DEFAULT_RETRIES):
         self.url = url
         self.name = name
         self.timeout = None if timeout is None else (min(CONNECT_TIMEOUT, timeout), timeout)
+        self.retries = retries
         self._local = threading.local()
 
     def _session(self):
@@ -296,7 +320,7 @@ class _Client:
         local = self._local
         # A forked worker must not share the parent's pooled sockets.
         if getattr(local, "pid", None) != os.getpid():
-            local.session, local.pid = requests.Session(), os.getpid()
+            local.session, local.pid, local.failing = requests.Session(), os.getpid(), False
         return local.session
 
     def get(self, endpoint: str) -> dict:
@@ -306,6 +330,28 @@ class _Client:
         return self._request("POST", endpoint, payload)
 
     def _request(self, method: str, endpoint: str, payload: dict | None) -> dict:
+        """One request, sent again up to ``retries`` times after a transient failure; once
+        the server has failed every try of a request, later ones get a single try each
+        until one is answered."""
+        self._session()
+        local = self._local
+        tries = 1 if local.failing else 1 + self.retries
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
+            try:
+                answer = self._request_once(method, endpoint, payload)
+            except _Transient as err:
+                error = err.error
+                continue
+            local.failing = False
+            return answer
+        local.failing = True
+        if tries > 1:
+            error.args = (f"{error.args[0]} ({tries} tries)",)
+        raise error
+
+    def _request_once(self, method: str, endpoint: str, payload: dict | None) -> dict:
         import requests
 
         where = f"UM-Bridge server at {self.url} (model {self.name!r}, {endpoint})"
@@ -313,30 +359,41 @@ class _Client:
             response = self._session().request(
                 method, f"{self.url}/{endpoint}", json=payload, timeout=self.timeout)
         except requests.Timeout as err:
-            raise UMBridgeError(
+            raise _Transient(UMBridgeError(
                 f"No answer from the {where} within {self.timeout[1]} s. If the server is up and "
                 "the model is just slow, pass a larger timeout= to model_op (None waits "
                 f"forever); otherwise restart the server. ({type(err).__name__})"
-            ) from None
+            )) from None
         except requests.RequestException as err:
-            raise UMBridgeError(
+            raise _Transient(UMBridgeError(
                 f"Lost the {where}: {type(err).__name__}: {err}. Check that the server is "
                 f"running and reachable (curl {self.url}/Info), then sample again."
-            ) from None
+            )) from None
         answer = _decode(response.text)
-        if isinstance(answer, dict) and "error" in answer:
+        if response.status_code < 500 and isinstance(answer, dict) and "error" in answer:
             error = answer["error"]
             raise UMBridgeError(
                 f"The {where} refused the request: {error.get('type')}: {error.get('message')} "
                 "Check the inputs and the config= the model was given."
             )
         if not response.ok or not isinstance(answer, dict):
-            raise UMBridgeError(
+            failure = UMBridgeError(
                 f"The {where} answered HTTP {response.status_code} {response.reason!s}: "
                 f"{response.text[:200]!r}. The model probably raised on the server: see the "
                 "server's output."
             )
+            if response.status_code >= 500:
+                raise _Transient(failure)
+            raise failure
         return answer
+
+
+class _Transient(Exception):
+    """A failure worth another try (no connection, no answer in time, HTTP 5xx)."""
+
+    def __init__(self, error: UMBridgeError):
+        super().__init__(str(error))
+        self.error = error
 
 
 # umbridge's Python server prints outputs with Python's repr: nan and inf are not JSON.

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -76,6 +77,8 @@ def serve(port: int, die_after: int | None) -> None:
             time.sleep(config.get("sleep", 0.0))
             if config.get("fail"):
                 raise RuntimeError("solver diverged")
+            if config.get("fail_every") and calls["Evaluate"] % config["fail_every"] == 0:
+                raise RuntimeError("transient failure")  # HTTP 500, every fail_every-th call
             out = a @ np.asarray(parameters[0])
             if config.get("nan"):
                 out[0] = np.nan
@@ -127,7 +130,10 @@ class Server:
         args = [sys.executable, __file__, str(self.port)]
         if die_after is not None:
             args += ["--die-after", str(die_after)]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # stderr to a file, not a pipe: aiohttp logs each model error's traceback there, and
+        # a pipe nobody reads fills up (64 KB) and blocks the server's event loop.
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -137,7 +143,7 @@ class Server:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"UM-Bridge test server did not start: "
-                                       f"{self.process.stderr.read().decode()[-2000:]}")
+                                       f"{self._log_tail()}")
                 time.sleep(0.1)
 
     def calls(self) -> np.ndarray:
@@ -149,7 +155,11 @@ class Server:
             os.kill(self.process.pid, signal.SIGCONT)
             self.process.kill()
         self.process.wait()
-        self.process.stderr.close()
+        self.log.close()
+
+    def _log_tail(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode()[-2000:]
 
 
 if __name__ == "__main__":
@@ -277,6 +287,41 @@ def test_model_errors_are_named_and_nan_outputs_stay_nan(server):
     # umbridge's server prints NaN as `nan`, which is not JSON: still read as NaN (a rejection).
     nan = pytensor.function([], model_op(server.url, "linear", config={"nan": True})(np.ones(DIM)))()
     assert np.isnan(nan[0]) and np.all(np.isfinite(nan[1:]))
+
+
+def test_transient_server_errors_are_retried(server):
+    # Every second call fails (HTTP 500): with retries each evaluation gets its answer.
+    op = model_op(server.url, "linear", config={"fail_every": 2}, retries=2, timeout=5.0)
+    f = pytensor.function([], op(np.ones(DIM)))
+    for _ in range(6):
+        np.testing.assert_allclose(f(), linear_problem()[0].sum(axis=1))
+    once = model_op(server.url, "linear", config={"fail_every": 2}, retries=0, timeout=5.0)
+    g = pytensor.function([], once(np.ones(DIM)))
+    outcomes = []
+    for _ in range(6):
+        try:
+            g()
+            outcomes.append(True)
+        except UMBridgeError as err:
+            assert "HTTP 500" in str(err)
+            outcomes.append(False)
+    assert 0 < sum(outcomes) < 6
+    with pytest.raises(ValueError, match="retries"):
+        model_op(server.url, "linear", retries=-1)
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_server_failing_one_call_in_fifty_samples_right(server, retries):
+    # Without retries each failure is a rejection (stat eval_failures); with them the
+    # server's failures are absorbed. Either way the run completes and is right.
+    _, _, mean, cov = linear_problem()
+    op = model_op(server.url, "linear", config={"fail_every": 50}, retries=retries, timeout=30)
+    with linear_model(op):
+        idata = pm.sample(step=SurrogateHMC(), cores=1, **SAMPLE)
+    assert idata.posterior.sizes["draw"] == SAMPLE["draws"]
+    failures = idata.sample_stats["eval_failures"].values[:, -1]
+    assert (failures.sum() > 0) == (retries == 0), failures
+    assert_moments(idata, "theta", mean, np.sqrt(np.diag(cov)))
 
 
 def test_unreachable_server_and_unknown_model_are_named(server):

@@ -30,7 +30,6 @@ from pymc_surrogate.core.transitions import independence_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.evaluation.batch import (
-    INFINITE,
     _NodeLogp,
     evaluate_logp,
     refuse_in_a_rerun_script,
@@ -40,7 +39,7 @@ from pymc_surrogate.step_methods.kernels.surrogate_kernel import SurrogateKernel
 from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
 from pymc_surrogate.step_methods.settings import TUNING
 from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
-from pymc_surrogate.step_methods.evaluation.evaluator import Evaluator, infinite_logp_error
+from pymc_surrogate.step_methods.evaluation.evaluator import Evaluator
 from pymc_surrogate.step_methods.warmup.exploration import (
     Exploration,
     ModelAccess,
@@ -53,7 +52,7 @@ from pymc_surrogate.step_methods.health.chain_health import (
     coordinate_names,
 )
 from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
-from pymc_surrogate.step_methods.evaluation.model_functions import ModelEvaluationError, ModelFunctions
+from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.step_methods.adaptation.refit import Refits
@@ -129,7 +128,13 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         self.functions = self._model_functions(model, vars, initial_point, use_gradient,
                                                compile_kwargs)
         layout = [(v.name, np.shape(initial_point[v.name])) for v in vars]
-        self.evaluator = Evaluator(self.functions, layout, owner)
+        self.health = ChainHealth(
+            owner, self.pseudo_marginal,
+            "NUTS (pm.sample() without `step`)" if self.functions.has_gradient
+            else "pm.DEMetropolisZ or pm.Slice",
+            coordinate_names(layout), centred_variables(model, vars),
+        )
+        self.evaluator = Evaluator(self.functions, layout, owner, self.health.warn)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self.target_accept = target_accept
         self.path_length = path_length
@@ -164,12 +169,6 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             self.explore_steps, self.tuning.own_exploration_share,
         )
         self.sharing.bind(model, vars, store, self.dim, self.context.dim)
-        self.health = ChainHealth(
-            owner, self.pseudo_marginal,
-            "NUTS (pm.sample() without `step`)" if self.has_gradient
-            else "pm.DEMetropolisZ or pm.Slice",
-            coordinate_names(layout), centred_variables(model, vars),
-        )
         self.surrogate_tuning = SurrogateTuning(
             (self.sharing.tuned or self.exploration.batched) and self.context.dim == 0,
             self.explore_tries if self.exploration.batched else 1, self.tuning,
@@ -293,6 +292,9 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             evaluate=lambda q, with_grad: self._evaluate(chain, q, with_grad=with_grad),
             diagnose=lambda q: self.evaluator.evaluate(chain, q, True, self.tune),
             evaluate_batch=lambda points: self._evaluate_batch(chain, points),
+            # the chain's state: a raise is tried once more, and no rejection there
+            evaluate_state=lambda q: self.evaluator.check_start(
+                self._evaluate(chain, q, with_grad=True, retry=True)),
             late_states=lambda: self._late_tuning_states(chain)[0],
             draw_prior=self._draw_prior,
             training=chain.training,
@@ -311,21 +313,10 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
                                executor=self.explore_executor, progressbar=False,
                                owner=type(self).__name__, node_logp=self._node_logp())
         chain.counts.logp_evals += points.shape[0]
-        where = f"sampler iteration {chain.iteration}, {'tune' if self.tune else 'draw'} phase"
-        for row, message in sorted(result.errors.items()):
-            described = self.evaluator.describe(points[row])
-            if message == INFINITE:
-                raise infinite_logp_error(type(self).__name__, described, where)
-            raise ModelEvaluationError(
-                f"{type(self).__name__}: the model's logp raised twice on the executor at "
-                f"{where} at {described}: {message}"
-            )
-        out = []
-        for q, logp in zip(points, result.logp):
-            # -inf or NaN: outside the support, a rejection as in ``Evaluator``
-            point = ChainPoint(q, -float(logp) if np.isfinite(logp) else np.inf, None)
+        # A row that failed twice, NaN or +inf: a rejection there (evaluator.py)
+        out = self.evaluator.from_batch(chain, points, result.logp, result.errors, self.tune)
+        for point in out:
             self._keep(chain, point)
-            out.append(point)
         return out
 
     def _node_logp(self):
@@ -365,7 +356,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         message = self.tails.choose(
             states, potentials, chain.whitening, self._surrogate_field(chain),
             lambda q: self._evaluate(chain, q, with_grad=False, record=False).potential,
-            self.rng, stalled=self.exploration.probability > 0,
+            lambda: chain.failures.raised, self.rng, stalled=self.exploration.probability > 0,
         )
         if message:
             self._warn(chain, WarningType.CONVERGENCE, message, level="info")
@@ -558,6 +549,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             "tail_jump": jumping,
             "surrogate_fits": chain.counts.fits,
             "failed_fits": chain.counts.failed_fits,
+            "eval_failures": chain.counts.eval_failures,
             "diverging_total": self.health.divergences,
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
@@ -606,14 +598,20 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
                 and (chain.on_surrogate or not chain.current_approximate)):
             return chain.current
         with_grad = self.has_gradient and not chain.frozen
-        return self.evaluator.check_start(self._evaluate(chain, q, with_grad=with_grad))
+        point = self._evaluate(chain, q, with_grad=with_grad, retry=True)
+        last_good = self.surrogate_tuning.last_good
+        if not np.isfinite(point.potential) and chain.current_approximate and last_good is not None:
+            return last_good  # tuning on the surrogate left the chain where the model fails
+        return self.evaluator.check_start(point)
 
     def _evaluate(
-        self, chain: ChainState, q: np.ndarray, with_grad: bool, record: bool = True
+        self, chain: ChainState, q: np.ndarray, with_grad: bool, record: bool = True,
+        retry: bool = False,
     ) -> ChainPoint:
         """Evaluate the true model at ``q``, count it, and keep it as training data (unless
-        ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's)."""
-        point = self.evaluator.evaluate(chain, q, with_grad, self.tune)
+        ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's); ``retry``:
+        the chain's state, where a raise is tried once more (evaluator.py)."""
+        point = self.evaluator.evaluate(chain, q, with_grad, self.tune, retry=retry)
         self._keep(chain, point, record)
         return point
 

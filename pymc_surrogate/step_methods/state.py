@@ -18,7 +18,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.adaptation.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FitSchedule", "OnlineState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FailureLog", "FitSchedule", "OnlineState", "SurrogateStepState"]
 
 
 @dataclass
@@ -30,6 +30,19 @@ class Counts:
     fits: int = 0
     failed_fits: int = 0  # fits or online updates skipped for a numerical failure
     adaptations: int = 0  # online surrogates: switches to newly learned weights
+    eval_failures: int = 0  # model evaluations that raised or gave NaN / +inf (rejections)
+
+
+@dataclass
+class FailureLog:
+    """Failed model evaluations of the chain (evaluator.py): what was told, the run of them."""
+
+    told: frozenset = frozenset()  # kinds of failure whose first occurrence was logged
+    frequent_told: bool = False  # the "frequent failures" warning was given
+    next_check: int = 50  # model evaluations at which their share is next judged (doubled)
+    raised: int = 0  # the failures that were exceptions (and time-outs)
+    in_a_row: int = 0  # failures since the model last answered
+    first_in_a_row: tuple | None = None  # the first of them: (where and why, traceback text)
 
 
 @dataclass
@@ -71,6 +84,7 @@ class ChainState:
     learner: Any = None  # online policies: the surrogate that keeps learning (partial_fit)
     whitening: Whitening | None = None  # the posterior scale of the last fit
     counts: Counts = field(default_factory=Counts)
+    failures: FailureLog = field(default_factory=FailureLog)
     fits: FitSchedule = field(default_factory=FitSchedule)
     online: OnlineState = field(default_factory=OnlineState)
 

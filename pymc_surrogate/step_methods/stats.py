@@ -29,6 +29,8 @@ STATS = {
     "tail_jump": (bool, []),
     "surrogate_fits": (np.int64, []),
     "failed_fits": (np.int64, []),
+    # the chain's model evaluations so far that raised or gave NaN / +inf (each a rejection)
+    "eval_failures": (np.int64, []),
     "diverging_total": (np.int64, []),
     "surrogate_temperature": (np.float64, []),
     "coverage_khat": (np.float64, []),

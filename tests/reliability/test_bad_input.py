@@ -18,7 +18,9 @@ import pytest
 from tests.reliability.helpers import (
     assert_healthy,
     assert_moments,
+    recorded_warnings,
     sample,
+    warning_messages,
 )
 from tests.reliability.registry import STEPS, designed, init_parameters
 
@@ -173,14 +175,29 @@ def test_no_tuning_warns_and_stays_exact(step, caplog):
 
 
 # ------------------------------------------------------------- infinite density
-def test_infinite_logp_at_a_proposal_is_named(step):
+def test_infinite_logp_at_a_proposal_is_a_rejection_and_named(step):
     # logp = +inf past x = 1.5: accepted, such a point would absorb the chain (every
-    # proposal loses against it). It must stop sampling with the values and the fix.
+    # proposal loses against it). At a proposal it is a rejection (Stan's rule), counted in
+    # stat `eval_failures` and logged with the values; the run goes on.
+    import pytensor.tensor as pt
+
+    with pm.Model():
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.Potential("spike", pt.switch(pt.gt(x[0], 1.5), np.inf, 0.0))
+        with recorded_warnings() as caught:
+            idata = sample(step(), chains=1, tune=300, draws=300)
+    assert idata.posterior["x"].values[..., 0].max() <= 1.5
+    assert idata.sample_stats["eval_failures"].values[0, -1] > 0
+    assert warning_messages(caught, "logp is +inf at"), warning_messages(caught)
+
+
+def test_infinite_logp_at_the_start_is_named(step):
+    # At the chain's starting point +inf still stops sampling with the values and the fix.
     import pytensor.tensor as pt
     from pymc.exceptions import SamplingError
 
     with pm.Model():
-        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([2.0, 0.0]))
         pm.Potential("spike", pt.switch(pt.gt(x[0], 1.5), np.inf, 0.0))
         with pytest.raises(SamplingError, match=r"(?s)logp is \+inf at x = \[.*finite"):
             sample(step(), chains=1, tune=300, draws=300)

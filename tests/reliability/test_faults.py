@@ -1,7 +1,8 @@
 """Robustness under faults: NaN / -inf regions, Ops that raise, degenerate data and scales.
 
 A proposal where the logp is NaN or -inf must be rejected (never accepted, never a crash);
-an Op that raises must surface with its own message and the sampler iteration; data the
+an Op that raises at the chain's starting point must surface with its own message and the
+sampler iteration (at a proposal it is a rejection: ``test_eval_failures.py``); data the
 surrogate cannot learn from (constant values, huge or tiny magnitudes, a rough potential,
 too few points) must never put a NaN into a trajectory, and the draws must stay exact.
 Runs once per step method in ``registry.STEPS``.
@@ -110,13 +111,15 @@ MESSAGE = "solver did not converge"
 
 
 def _fragile_model(gradient: bool):
-    """logp = -|x|^2 / 2, but the 'solver' raises when any x_i > 2.5."""
+    """logp = -|x|^2 / 2, but the 'solver' raises when any x_i > 2.5, as at the initial
+    point: a failure there stops the run (at a proposal it is a rejection)."""
+    start = np.array([3.0, 0.0])
     if gradient:
-        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        x = pm.Normal("x", 0.0, 1.0, shape=2, initval=start)
         ok = pt.all(x < 2.5)
         pm.Potential("solver", Assert(MESSAGE)(pt.constant(0.0, dtype="float64"), ok))
         return
-    x = pm.Flat("x", shape=2, initval=np.zeros(2))
+    x = pm.Flat("x", shape=2, initval=start)
 
     def fragile(q):
         if np.any(q > 2.5):
@@ -134,16 +137,6 @@ def _messages(err: BaseException) -> str:
     return "\n".join(texts)
 
 
-def _assert_fails_before_sampling(step) -> None:
-    """A designed surrogate evaluates the model before sampling (the domain's search, the
-    grid's nodes): the Op's error surfaces from the step's construction, saying so."""
-    with pytest.raises(Exception) as info:
-        sample(black_box_step(step), chains=1, tune=300, draws=300)
-    first = str(info.value)
-    assert MESSAGE in first, first[:300]
-    assert re.search(r"before sampling|grid nodes", first), first[:300]
-
-
 @pytest.mark.parametrize("gradient", [False, True], ids=["black_box", "gradient"])
 def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
     completed = []
@@ -153,9 +146,6 @@ def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
 
     with pm.Model():
         _fragile_model(gradient)
-        if designed(step.cls):
-            _assert_fails_before_sampling(step)
-            return
         s = black_box_step(step)
         with pytest.raises(Exception) as info:
             sample(s, chains=1, tune=300, draws=3000, callback=callback)
@@ -173,9 +163,6 @@ def test_op_error_names_the_op_message_and_the_iteration(step, gradient):
 def test_op_error_surfaces_from_worker_processes(step):
     with pm.Model():
         _fragile_model(gradient=False)
-        if designed(step.cls):
-            _assert_fails_before_sampling(step)
-            return
         s = black_box_step(step)
         with pytest.raises(Exception) as info:
             sample(s, chains=2, cores=2, tune=300, draws=3000)
@@ -372,13 +359,9 @@ def test_too_few_points_fall_back_and_say_so(step):
     messages = warning_messages(caught, type(s).__name__)
     uses = idata.sample_stats["uses_surrogate"].values
     assert messages, "no warning about the short tuning"
-    if designed(step.cls):
-        # its grid holds hundreds of nodes evaluated before sampling: it drives the draws
-        assert (uses | idata.sample_stats["tail_jump"].values).all()
-        assert not idata.sample_stats["fallback"].values.any()
-    else:
-        assert not uses.any(), "a surrogate from a handful of points drove the draws"
-        assert idata.sample_stats["fallback"].values.all(), "fallback draws not marked"
+    # (SparseGridHMC too: its grid is built from the warm-up, which 3 iterations do not end)
+    assert not uses.any(), "a surrogate from a handful of points drove the draws"
+    assert idata.sample_stats["fallback"].values.all(), "fallback draws not marked"
     assert_moments(idata, "x", np.zeros(dim), np.ones(dim))
 
 

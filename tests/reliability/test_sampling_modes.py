@@ -175,7 +175,7 @@ def test_the_surrogate_check_fails_when_every_fit_fails(step, monkeypatch, caplo
     if designed(step.cls):
         pytest.skip(
             "no fit in tune to break: the grid is evaluated before sampling, and its failure "
-            "(nodes whose logp raises) is a GridPrecomputeError, tested in "
+            "(every node's logp failing) is a GridPrecomputeError, tested in "
             "tests/step_methods/test_sparse_grid_hmc.py"
         )
 

@@ -1,6 +1,8 @@
 """SparseGridHMC: posteriors recovered, the domain's edge, the precompute (executors,
 retries, pickling), save/load, the approximate mode and bad settings."""
 
+import logging
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -243,10 +245,16 @@ def test_a_failed_node_is_retried_once():
     np.testing.assert_allclose(step.grid_.values_, 0.5 * np.sum(nodes**2, axis=1))
 
 
-def test_a_node_that_fails_twice_is_reported_with_its_coordinates():
-    with _flaky_model(limit=1.5):
-        with pytest.raises(GridPrecomputeError, match=r"x = \[2\. .*solver did not converge"):
-            SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=50, **QUIET).precompute()
+def test_a_node_that_fails_twice_is_outside_the_support_and_reported(caplog):
+    # A failed node is a rejection (Stan's rule), not the end of the precompute: it is
+    # filled as outside the posterior's support, and the first is logged with its point.
+    with _flaky_model(limit=1.5), caplog.at_level(logging.WARNING, logger="pymc"):
+        step = SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=50, **QUIET)
+        step.precompute()
+    nodes = step.grid_.nodes_
+    assert step.precompute_["outside_support"] == int(np.sum(nodes[:, 0] > 1.5)) > 0
+    told = [r.getMessage() for r in caplog.records if "grid nodes" in r.getMessage()]
+    assert told and re.search(r"x = \[ ?2\. .*solver did not converge", told[0]), told
 
 
 class TruncatedLogp(Op):

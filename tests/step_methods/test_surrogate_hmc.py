@@ -1,4 +1,5 @@
 import logging
+import re
 import pickle
 import warnings
 
@@ -261,7 +262,7 @@ def test_nan_region_is_rejected_not_a_crash():
     assert abs(draws.mean() - expected) < 0.1
 
 
-def test_exception_in_the_model_names_the_iteration_and_cause():
+def test_exception_in_the_model_is_a_rejection_and_names_the_iteration_and_cause(caplog):
     import pytensor.tensor as pt
     from pytensor.graph.basic import Apply
     from pytensor.graph.op import Op
@@ -277,11 +278,24 @@ def test_exception_in_the_model_names_the_iteration_and_cause():
                 raise RuntimeError("solver did not converge")
             outputs[0][0] = np.asarray(-0.5 * inputs[0] ** 2)
 
+    # At a proposal the raise is a rejection (Stan's rule): the run completes in the
+    # truncation x <= 2, and the first failure is logged with the iteration and the cause.
     with pm.Model():
         x = pm.Flat("x", initval=0.0)
         pm.Potential("lik", Fragile()(x))
-        with pytest.raises(ModelEvaluationError, match="iteration .*solver did not converge"):
-            pm.sample(step=SurrogateHMC(), **{**SAMPLE, "chains": 1, "draws": 2000, "tune": 500})
+        with caplog.at_level(logging.WARNING, logger="pymc"):
+            idata = pm.sample(step=SurrogateHMC(), **{**SAMPLE, "chains": 1, "draws": 2000, "tune": 500})
+    assert idata.posterior["x"].values.max() <= 2.0
+    assert idata.sample_stats["eval_failures"].values[0, -1] > 0
+    assert _pymc_warnings(caplog, "solver did not converge")
+    assert re.search(r"iteration \d+ .*solver did not converge",
+                     _pymc_warnings(caplog, "solver did not converge")[0])
+    # At the chain's starting point it still stops the run, naming the iteration and cause.
+    with pm.Model():
+        x = pm.Flat("x", initval=3.0)
+        pm.Potential("lik", Fragile()(x))
+        with pytest.raises(ModelEvaluationError, match="iteration 0 .*solver did not converge"):
+            pm.sample(step=SurrogateHMC(), **{**SAMPLE, "chains": 1, "draws": 200, "tune": 200})
 
 
 def _pymc_warnings(caplog, contains: str) -> list[str]:

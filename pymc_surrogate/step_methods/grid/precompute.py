@@ -3,6 +3,7 @@ evaluation layer (any executor), nodes outside the support filled, or loaded fro
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -10,7 +11,7 @@ import scipy.spatial
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
 
 from pymc_surrogate.step_methods.evaluation.batch import INFINITE, evaluate_logp
-from pymc_surrogate.step_methods.evaluation.evaluator import infinite_logp_error
+from pymc_surrogate.step_methods.evaluation.evaluator import _first_line, infinite_logp_error
 from pymc_surrogate.step_methods.grid.domain import MAX_GROWTH
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.base import Domain
@@ -130,6 +131,8 @@ class GridPrecompute:
                               executor=self.executor, max_workers=self.max_workers,
                               progressbar=self.progressbar, label="Grid nodes",
                               owner=type(self).__name__)
+        if batch.errors and len(batch.errors) < n:  # failed nodes: outside the support
+            return self._outside_support(nodes, batch), batch.retried, batch.timed
         infinite = [i for i in sorted(batch.errors) if batch.errors[i] == INFINITE]
         if infinite:
             raise infinite_logp_error(
@@ -149,6 +152,19 @@ class GridPrecompute:
                 "(bounds=, mean=/cov=, or a smaller k) to where its logp is finite."
             )
         return -batch.logp, batch.retried, batch.timed
+
+    def _outside_support(self, nodes: np.ndarray, batch) -> np.ndarray:
+        """``U`` at the nodes, NaN (outside the posterior's support: ``fill_outside_support``)
+        where the logp raised twice or was +inf: said once, in this (the parent) process."""
+        failed = sorted(batch.errors)
+        logging.getLogger("pymc").warning(
+            f"{type(self).__name__}: the model's logp failed at {len(failed)} of "
+            f"{nodes.shape[0]} grid nodes (twice each, or +inf), treated as outside the "
+            f"posterior's support; the first, node {failed[0]}: "
+            f"{self.evaluator.describe(nodes[failed[0]])}: {_first_line(batch.errors[failed[0]])}")
+        potentials = -batch.logp
+        potentials[failed] = np.nan
+        return potentials
 
 
 def fill_outside_support(potentials: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, int]:

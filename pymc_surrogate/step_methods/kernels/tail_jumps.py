@@ -17,7 +17,6 @@ from pymc_surrogate.core.tail_jumps import (
     independence_acceptance,
 )
 from pymc_surrogate.step_methods.settings import Tuning
-from pymc_surrogate.step_methods.evaluation.evaluator import ModelEvaluationError
 from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -53,13 +52,14 @@ class TailJumps(ChainPart):
         self.reset()
 
     def choose(self, states: np.ndarray, potentials: np.ndarray, whitening: Whitening,
-               field: Callable, evaluate: Callable, rng: np.random.Generator,
-               stalled: bool) -> str | None:
+               field: Callable, evaluate: Callable, raised: Callable[[], int],
+               rng: np.random.Generator, stalled: bool) -> str | None:
         """Set the draws' share of tail jumps; return a message for the user, if any.
 
         ``states`` and ``potentials`` are the chain's late tuning states (NaN: a move on
         the surrogate alone), ``field`` the draws' surrogate, ``evaluate(q)`` the true
-        potential (no training data), ``stalled`` whether the surrogate had stopped moving
+        potential (no training data; a failure is a rejection), ``raised()`` how many of
+        the chain's evaluations have raised so far, ``stalled`` whether the surrogate had stopped moving
         the chain in tuning. The trials are model evaluations after the final fit (in
         ``total_model_evals``, in no draw's ``model_evals``) that do not move the chain. A
         model that raises at one of them (a solver that fails far from the data) gets no
@@ -89,10 +89,11 @@ class TailJumps(ChainPart):
         )
         if expected < self.tuning.tail_jump_min_acceptance:
             return None
-        try:
-            values = [evaluate(q) for q in proposals]
-        except ModelEvaluationError:
-            return None
+        before, values = raised(), []
+        for q in proposals:
+            values.append(evaluate(q))
+            if raised() > before:  # a model that raises out there: no jumps
+                return None
         self.check = check = assess_tail_jumps(
             self.jumps, states, potentials, proposals, values,
             min_acceptance=self.tuning.tail_jump_min_acceptance,

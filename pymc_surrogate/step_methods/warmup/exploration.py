@@ -52,6 +52,7 @@ class ModelAccess(NamedTuple):
     evaluate: Callable[[np.ndarray, bool], ChainPoint]  # counted, kept as training data
     diagnose: Callable[[np.ndarray], ChainPoint]  # with its gradient, counted, not kept
     evaluate_batch: Callable[[np.ndarray], list[ChainPoint]]  # at once, on the executor
+    evaluate_state: Callable[[np.ndarray], ChainPoint]  # the chain's state, with its gradient
     late_states: Callable[[], np.ndarray]  # the chain's late tuning states
     draw_prior: Callable[[int], np.ndarray]  # n draws that seed DE's population
     training: Any  # the chain's TrainingSet (read only)
@@ -211,7 +212,7 @@ class Exploration(ChainPart):
         the chain's first tuning iteration (a gradient model's climb to the mode)."""
         if self.has_gradient:
             if current.grad is None:
-                current = access.evaluate(current.q, True)
+                current = access.evaluate_state(current.q)
             if first and self.tuning.start_at_mode:
                 current = self._climb(current, access, kernel, rng)
             metric, step_adapt = self.exact_kernel(kernel)
