@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.surrogate_hmc import SurrogateHMC
-from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 
 __all__ = ["AdaptiveSurrogateHMC"]
 

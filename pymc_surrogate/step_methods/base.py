@@ -1,11 +1,14 @@
 """``SurrogateStep``: the template every surrogate step method fills in.
 
 ``astep`` is a template method, as PyMC's ``BaseHMC.astep``: pick the phase (exploration,
-tail jump or surrogate kernel) → run the kernel → adapt (tune only) → stats. The pieces
-live beside it: ``evaluator.py`` (the true model), ``training.py`` (what the surrogate
-learns from), ``exploration.py``, ``refit.py``, ``kernels/surrogate_kernel.py``, ``kernels/tail_jumps.py``
-(tail jumps), ``state.py`` and ``stats.py``. A step class chooses a surrogate
-(``_make_surrogate``), a ``TrainingPolicy`` and a correction, and says little else.
+tail jump or surrogate kernel) → run the kernel → adapt (tune only) → stats. The step owns
+its parts (``part.py``), each with its chain's state: the evaluation store's chain side
+(``evaluation/sharing.py``), the warm-up (``warmup/exploration.py``), the surrogate kernel
+and tail jumps (``kernels/``), coverage, the draws' bound and tuning on the surrogate alone
+(``adaptation/``), and chain health (``health/``); this module is the glue that hands each
+part what it needs from the model and the others. The refits (``adaptation/refit.py``) and
+the mass matrix (``adaptation/mass_matrix.py``) are still inherited. A step class chooses a
+surrogate (``_make_surrogate``), a ``TrainingPolicy`` and a correction, and says little else.
 """
 
 from __future__ import annotations
@@ -29,47 +32,48 @@ from pymc.vartypes import continuous_types
 from pymc_surrogate.core.transitions import independence_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
+from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
+from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
+from pymc_surrogate.step_methods.adaptation.refit import Refits
+from pymc_surrogate.step_methods.adaptation.surrogate_tuning import SurrogateTuning
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy, TrainingSet
 from pymc_surrogate.step_methods.evaluation.batch import (
     _NodeLogp,
     evaluate_logp,
     refuse_in_a_rerun_script,
 )
 from pymc_surrogate.step_methods.evaluation.block_context import BlockContext
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import SurrogateKernel
-from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
-from pymc_surrogate.step_methods.settings import TUNING
-from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
 from pymc_surrogate.step_methods.evaluation.evaluator import Evaluator
+from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
+from pymc_surrogate.step_methods.evaluation.sharing import SharedEvaluations, make_store
+from pymc_surrogate.step_methods.health.chain_health import (
+    ChainHealth,
+    centred_variables,
+    coordinate_names,
+)
+from pymc_surrogate.step_methods.kernels.surrogate_kernel import SurrogateKernel
+from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
+from pymc_surrogate.step_methods.part import ChainPart
+from pymc_surrogate.step_methods.settings import (
+    FINITE_DIFFERENCE,
+    TUNING,
+    block_variables,
+    check_settings,
+    exploration_executor,
+    gradient_setting,
+)
+from pymc_surrogate.step_methods.state import (
+    ChainState,
+    FitSchedule,
+    SurrogateStepState,
+)
 from pymc_surrogate.step_methods.warmup.exploration import (
     Exploration,
     ModelAccess,
     default_explore_steps,
     draw_prior,
 )
-from pymc_surrogate.step_methods.health.chain_health import (
-    ChainHealth,
-    centred_variables,
-    coordinate_names,
-)
-from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
-from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
-from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
-from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.adaptation.refit import Refits
-from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE, gradient_setting
-from pymc_surrogate.step_methods.adaptation.surrogate_tuning import SurrogateTuning
-from pymc_surrogate.step_methods.settings import (
-    block_variables,
-    check_settings,
-    exploration_executor,
-)
-from pymc_surrogate.step_methods.evaluation.sharing import SharedEvaluations, make_store
-from pymc_surrogate.step_methods.state import (
-    ChainState,
-    FitSchedule,
-    SurrogateStepState,
-)
-from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy, TrainingSet
 
 __all__ = ["SurrogateStep", "ChainState"]
 

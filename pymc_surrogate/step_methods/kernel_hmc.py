@@ -11,12 +11,12 @@ from pymc.stats.convergence import WarningType
 
 from pymc_surrogate.core.types import TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.adaptation.kernel_fit import KernelFit
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
-from pymc_surrogate.step_methods.adaptation.kernel_fit import KernelFit
-from pymc_surrogate.step_methods.state import ChainState
-from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.settings import gradient_setting, inner_setting
+from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.kernel_exp_family import (
     KernelExpFamilyFinite,
     KernelExpFamilyLite,

@@ -11,9 +11,9 @@ from pymc.stats.convergence import WarningType
 
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.evaluation.batch import SERIAL
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
 from pymc_surrogate.step_methods.grid.domain import GridDomain
 from pymc_surrogate.step_methods.grid.field import OUTSIDE_SHARE, GridField
 from pymc_surrogate.step_methods.grid.precompute import (
@@ -21,9 +21,9 @@ from pymc_surrogate.step_methods.grid.precompute import (
     GridPrecomputeError,
     load_grid,
 )
-from pymc_surrogate.step_methods.state import ChainState
-from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
+from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
 from pymc_surrogate.step_methods.settings import inner_setting
+from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["SparseGridHMC", "GridPrecomputeError"]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.base import SurrogateStep
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
 from pymc_surrogate.step_methods.kernels.riemannian import (
     RIEMANNIAN_STATS,
     RiemannianKernel,
     check_metric_settings,
     riemannian_stats,
 )
+from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
 from pymc_surrogate.step_methods.settings import auto_for_none, inner_setting
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening

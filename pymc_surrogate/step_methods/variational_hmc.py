@@ -13,12 +13,12 @@ from pymc_surrogate.core.metropolis import hamiltonian
 from pymc_surrogate.core.transitions import hmc_move
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
-from pymc_surrogate.step_methods.base import SurrogateStep
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
-from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
-from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
+from pymc_surrogate.step_methods.base import SurrogateStep
+from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
+from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
 from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE, inner_setting
+from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.score_network import (
     FULL_QUADRATIC_DIM,
     LaplaceTerm,

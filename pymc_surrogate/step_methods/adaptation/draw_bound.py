@@ -20,8 +20,8 @@ from typing import Any, Callable
 import numpy as np
 from pymc.step_methods.state import DataClassState, dataclass_state
 
-from pymc_surrogate.step_methods.settings import Tuning
 from pymc_surrogate.step_methods.part import ChainPart
+from pymc_surrogate.step_methods.settings import Tuning
 from pymc_surrogate.surrogates.confidence import QuadraticConfidence
 
 __all__ = ["DrawBound"]

@@ -306,7 +306,12 @@ class _Progress:
 
     def __enter__(self):
         if self.show:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TimeRemainingColumn,
+            )
 
             self._bar = Progress(self.label, BarColumn(), MofNCompleteColumn(),
                                  TimeRemainingColumn())

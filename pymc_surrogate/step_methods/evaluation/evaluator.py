@@ -10,7 +10,10 @@ from pymc.stats.convergence import WarningType
 
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.evaluation.batch import INFINITE as BATCH_INFINITE
-from pymc_surrogate.step_methods.evaluation.model_functions import ModelEvaluationError, ModelFunctions
+from pymc_surrogate.step_methods.evaluation.model_functions import (
+    ModelEvaluationError,
+    ModelFunctions,
+)
 
 __all__ = ["Evaluator", "ModelEvaluationError", "ModelFailure"]
 

@@ -6,10 +6,9 @@ import logging
 
 import numpy as np
 import pytensor
-from pytensor.gradient import NullTypeGradError
-
 from pymc.pytensorf import compile as compile_pymc
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pytensor.gradient import NullTypeGradError
 
 __all__ = ["ModelFunctions", "ModelEvaluationError", "symbolic_gradient"]
 

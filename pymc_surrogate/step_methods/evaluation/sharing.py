@@ -24,7 +24,11 @@ import os
 
 from pymc.step_methods.state import DataClassState, dataclass_state
 
-from pymc_surrogate.step_methods.evaluation.store import EvaluationStore, StoredRows, model_key
+from pymc_surrogate.step_methods.evaluation.store import (
+    EvaluationStore,
+    StoredRows,
+    model_key,
+)
 from pymc_surrogate.step_methods.part import ChainPart
 
 __all__ = ["SharedEvaluations", "make_store"]

@@ -11,7 +11,10 @@ import scipy.spatial
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
 
 from pymc_surrogate.step_methods.evaluation.batch import INFINITE, evaluate_logp
-from pymc_surrogate.step_methods.evaluation.evaluator import _first_line, infinite_logp_error
+from pymc_surrogate.step_methods.evaluation.evaluator import (
+    _first_line,
+    infinite_logp_error,
+)
 from pymc_surrogate.step_methods.grid.domain import MAX_GROWTH
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.base import Domain

@@ -15,10 +15,10 @@ chain cannot see the others.
 
 from __future__ import annotations
 
-import numpy as np
 from collections import deque
 from dataclasses import field
 
+import numpy as np
 from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.step_methods.state import DataClassState, dataclass_state
 

@@ -12,6 +12,7 @@ the Euclidean kernel, so the chain stays exact.
 from __future__ import annotations
 
 import numpy as np
+from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.core.jitter import jittered_trajectory
 from pymc_surrogate.core.riemannian import (
@@ -21,11 +22,9 @@ from pymc_surrogate.core.riemannian import (
     riemannian_surrogate_transition,
     tempered3,
 )
-from pymc.step_methods.state import DataClassState, dataclass_state
-
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
-from pymc_surrogate.step_methods.settings import Tuning
 from pymc_surrogate.step_methods.part import ChainPart
+from pymc_surrogate.step_methods.settings import Tuning
 from pymc_surrogate.surrogates.curvature import random_network_derivatives
 from pymc_surrogate.surrogates.whitening import Whitening
 

@@ -20,10 +20,13 @@ import numpy as np
 from pymc.step_methods.state import DataClassState, dataclass_state
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_surrogate.core.transitions import surrogate_hmc_transition, surrogate_transition
+from pymc_surrogate.core.transitions import (
+    surrogate_hmc_transition,
+    surrogate_transition,
+)
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
-from pymc_surrogate.step_methods.settings import Tuning
 from pymc_surrogate.step_methods.part import ChainPart
+from pymc_surrogate.step_methods.settings import Tuning
 
 __all__ = ["CORRECTIONS", "SurrogateKernel"]
 

@@ -16,8 +16,8 @@ from pymc_surrogate.core.tail_jumps import (
     assess_tail_jumps,
     independence_acceptance,
 )
-from pymc_surrogate.step_methods.settings import Tuning
 from pymc_surrogate.step_methods.part import ChainPart
+from pymc_surrogate.step_methods.settings import Tuning
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["TailJumps"]

@@ -26,9 +26,9 @@ from pymc_surrogate.core.transitions import (
     multiple_try_transition,
 )
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
+from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.step_methods.settings import Tuning
 from pymc_surrogate.step_methods.warmup.mode_climb import climb_to_mode
-from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.surrogates.laplace import laplace_from_values
 
 __all__ = ["Exploration", "ModelAccess", "default_explore_steps", "draw_prior"]
