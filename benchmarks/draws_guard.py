@@ -1,0 +1,63 @@
+"""Draws of all five step methods on three small models, saved once and compared later.
+
+The golden-draws test (``tests/test_golden_draws.py``) covers SurrogateHMC and
+AdaptiveSurrogateHMC on the machine and versions that recorded it; this covers every step
+method (and RNS-RMHMC and the Hamiltonian correction) on whatever machine runs it, for a
+change that should leave every draw bit-identical: record before, compare after::
+
+    REPO=. python benchmarks/draws_guard.py save /tmp/before.npz
+    # ... the change ...
+    REPO=. python benchmarks/draws_guard.py compare /tmp/before.npz
+    REPO=. python benchmarks/draws_guard.py compare /tmp/before.npz _G   # SparseGridHMC only
+
+2 chains x (300 tune + 100 draws), ``cores=1``, seed 7; prints each run and, comparing,
+every array that differs (with its largest difference) and the count.
+"""
+import sys, os, warnings, logging
+sys.path.insert(0, os.environ.get("REPO", "/work/main"))
+import numpy as np, pymc as pm
+logging.getLogger("pymc").setLevel(logging.ERROR)
+warnings.filterwarnings("ignore")
+from pymc_surrogate import (SurrogateHMC, AdaptiveSurrogateHMC, VariationalHMC, KernelHMC,
+                            SparseGridHMC)
+from pymc_surrogate.compat import posterior_dataset
+from tests.conftest import correlated_gaussian, gaussian_model
+import pymc_surrogate; print(pymc_surrogate.__file__)
+
+def curved():
+    with pm.Model() as m:
+        x = pm.Normal("x", 0.0, 1.0); pm.Normal("y", x**2, 0.5)
+    return m
+MODELS = {"gauss": lambda: gaussian_model(*correlated_gaussian(3, seed=3)),
+          "bb": lambda: gaussian_model(*correlated_gaussian(3, seed=3), black_box=True),
+          "curved": curved}
+STEPS = {"S": SurrogateHMC, "A": AdaptiveSurrogateHMC, "V": VariationalHMC, "K": KernelHMC,
+         "G": SparseGridHMC}
+extra = {"S_riem": (SurrogateHMC, dict(metric="riemannian")),
+         "S_ham": (SurrogateHMC, dict(correction="hamiltonian"))}
+jobs = [(m, s, STEPS[s], {}) for m in MODELS for s in STEPS if not (s == "V" and m == "bb")]
+jobs += [("gauss", k, c, kw) for k, (c, kw) in extra.items()]
+out = {}
+mode, path = sys.argv[1], sys.argv[2]
+sel = sys.argv[3] if len(sys.argv) > 3 else ""
+for m, s, cls, kw in jobs:
+    if sel and sel not in f"{m}_{s}": continue
+    with MODELS[m]():
+        try:
+            idata = pm.sample(step=cls(**kw), tune=300, draws=100, chains=2, cores=1,
+                              random_seed=7, progressbar=False, compute_convergence_checks=False)
+        except Exception as e:
+            print(m, s, "ERROR", type(e).__name__, e); continue
+    post = posterior_dataset(idata); st = posterior_dataset(idata, "sample_stats")
+    for n in post.data_vars: out[f"{m}_{s}_{n}"] = post[n].values
+    out[f"{m}_{s}_evals"] = st["total_model_evals"].values
+    print(m, s, "ok", flush=True)
+if mode == "save":
+    np.savez(path, **out)
+else:
+    want = np.load(path); bad = 0
+    for k in out:
+        if k not in want.files: print("NEW", k); continue
+        if not np.array_equal(out[k], want[k]):
+            bad += 1; print("DIFF", k, np.max(np.abs(out[k] - want[k])))
+    print("compared", len(out), "differ", bad)
