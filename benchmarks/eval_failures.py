@@ -82,7 +82,8 @@ def run(entry, kind: str, seed: int) -> dict:
         logging.getLogger("pymc").removeHandler(handler)
     law = sps.norm() if kind == "random_1_in_50" else sps.truncnorm(-np.inf, EDGE)
     x0 = idata.posterior["x"].isel(x_dim_0=0)
-    mcse = float(az.mcse(x0).to_array().values.squeeze())
+    result = az.mcse(x0)  # a Dataset on ArviZ 0.x, a DataArray on 1.x
+    mcse = float(np.asarray(result.to_array() if hasattr(result, "to_array") else result).squeeze())
     values = x0.values
     z = (values.mean() - law.mean()) / mcse
     ratio = values.std() / law.std()
