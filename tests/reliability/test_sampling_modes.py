@@ -128,15 +128,10 @@ def test_fallback_warning_reaches_the_parent_from_worker_processes(step, caplog)
             idata = sample(s, chains=2, cores=2, tune=20, draws=200)
     messages = pymc_warnings(caplog, type(s).__name__)
     stats = idata.sample_stats
-    if designed(step.cls):  # its grid drives the draws, with an untuned step size
-        assert len([m for m in messages if "too early to adapt" in m]) == 2, messages
-        assert not stats["fallback"].values.any()
-        # (a draw that is no surrogate move is a tail jump: kernels/tail_jumps.py)
-        assert (stats["uses_surrogate"].values | stats["tail_jump"].values).all()
-    else:
-        assert len([m for m in messages if "too early to fit a surrogate" in m]) == 2, messages
-        assert stats["fallback"].values.all()
-        assert not stats["uses_surrogate"].values.any()
+    # (SparseGridHMC too: its grid is built from the warm-up, which 20 iterations do not end)
+    assert len([m for m in messages if "too early to fit a surrogate" in m]) == 2, messages
+    assert stats["fallback"].values.all()
+    assert not stats["uses_surrogate"].values.any()
     assert all("Increase `tune`" in m for m in messages), messages
 
 
