@@ -133,6 +133,11 @@ def evaluate_logp(
             progressbar = seconds > PARALLEL_AFTER
         if executor == "auto":
             executor = "process" if seconds > PARALLEL_AFTER else "serial"
+    if executor == "process" and multiprocessing.current_process().daemon:
+        # In a PyMC worker process (pm.sample with cores > 1, where SparseGridHMC builds
+        # its grid at the end of the warm-up): a daemonic process cannot start a pool, and
+        # the chains already run in parallel.
+        executor = "serial"
     close = None
     if executor in SERIAL:
         run = _serial_runner(_LocalLogp(functions))
