@@ -303,6 +303,19 @@ def _result(values: Any, size: int, op: UMBridgeOp) -> np.ndarray:
     return array
 
 
+def _requests():
+    """The ``requests`` package (the ``umbridge`` extra), imported on first use only, or an
+    error that names the extra."""
+    try:
+        import requests
+    except ImportError as err:
+        raise ImportError(
+            "pymc_surrogate.umbridge talks to model servers with the `requests` package, "
+            "which is not installed: pip install 'pymc-surrogate[umbridge]'."
+        ) from err
+    return requests
+
+
 class _Client:
     """Requests to one server: one ``requests.Session`` per process and thread, transient
     failures retried, errors that name the URL."""
@@ -315,8 +328,7 @@ class _Client:
         self._local = threading.local()
 
     def _session(self):
-        import requests  # the umbridge extra: imported on first use only
-
+        requests = _requests()
         local = self._local
         # A forked worker must not share the parent's pooled sockets.
         if getattr(local, "pid", None) != os.getpid():
@@ -352,7 +364,7 @@ class _Client:
         raise error
 
     def _request_once(self, method: str, endpoint: str, payload: dict | None) -> dict:
-        import requests
+        requests = _requests()
 
         where = f"UM-Bridge server at {self.url} (model {self.name!r}, {endpoint})"
         try:

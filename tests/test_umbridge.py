@@ -406,3 +406,15 @@ def test_the_core_package_does_not_import_umbridge():
                  if isinstance(node, ast.Import) for alias in node.names}
     top_level |= {node.module for node in ast.parse(own.read_text()).body if isinstance(node, ast.ImportFrom)}
     assert "umbridge" not in imported_modules(own) and "requests" not in top_level
+
+
+def test_without_requests_the_error_names_the_extra(monkeypatch):
+    """Without ``requests`` (installed with the ``umbridge`` extra), the first request says
+    what to install; it was a bare ``ModuleNotFoundError: No module named 'requests'``."""
+    import sys
+
+    from pymc_surrogate.umbridge import model_op
+
+    monkeypatch.setitem(sys.modules, "requests", None)  # import requests now fails
+    with pytest.raises(ImportError, match=r"pymc-surrogate\[umbridge\]"):
+        model_op("http://localhost:9", "forward")
