@@ -25,7 +25,6 @@ from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiagAdapt
-from pymc.step_methods.step_sizes import DualAverageAdaptation
 from pymc.util import get_random_generator
 from pymc.vartypes import continuous_types
 
@@ -230,10 +229,6 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             fits=FitSchedule(recent_corrections=deque(maxlen=self.tuning.inner_window)),
         )
 
-    def _step_size_adaptation(self, initial_step: float) -> DualAverageAdaptation:
-        """PyMC's dual averaging toward ``target_accept``, with NUTS's settings."""
-        return self.kernel.step_size_adaptation(initial_step)
-
     def reset_tuning(self, start=None):
         self.chain = self._new_chain()
 
@@ -334,13 +329,13 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
                         record: bool = True) -> TransitionInfo:
         """One corrected surrogate transition; ``record=False``: its model evaluation is no
         training data (the full-length trials, which are no draws)."""
+        tuning_now = self._tuning_now(chain)
         field = self._surrogate_field(chain)
-        if self.coverage.tempers(self._tuning_now(chain)):  # tuning only (coverage.py)
+        if self.coverage.tempers(tuning_now):  # tuning only (coverage.py)
             field = tempered(field, self.coverage.tuning_temperature)
         current, evaluate = self._model_or_surrogate(
             chain, current, self.has_gradient and not chain.frozen, record, field)
-        return self.kernel.transition(current, evaluate, field, self._tuning_now(chain),
-                                      self.rng)
+        return self.kernel.transition(current, evaluate, field, tuning_now, self.rng)
 
     def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
         """The Hamiltonian correction's length for the draws (``kernels/surrogate_kernel.py``)."""

@@ -17,6 +17,7 @@ and the tuning constants.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass
 
@@ -271,7 +272,7 @@ def check_settings(owner: str, kwargs: dict, target_accept, path_length, max_ene
     _check_positive("path_length", path_length)
     _check_positive("max_energy_error", max_energy_error)
     if tail_jumps != "auto" and not (
-        isinstance(tail_jumps, int | float | np.integer | np.floating) and 0 <= tail_jumps < 1
+        _is_number(tail_jumps) and 0 <= tail_jumps < 1
     ):
         raise ValueError(
             "tail_jumps must be 'auto' or a probability in [0, 1) (0 turns them off); "
@@ -286,7 +287,8 @@ def check_settings(owner: str, kwargs: dict, target_accept, path_length, max_ene
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    """A real number, numpy's included (they register as ``numbers.Real``); not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_positive(name: str, value) -> None:

@@ -190,12 +190,12 @@ class SurrogateHMC(SurrogateStep):
     def _surrogate_step(self, chain, current, record: bool = True):
         if self.riemannian is None:
             return super()._surrogate_step(chain, current, record)
-        field = self.riemannian.field(
-            chain.surrogate, self.coverage.temperature_now(self._tuning_now(chain)))
+        tuning_now = self._tuning_now(chain)
+        field = self.riemannian.field(chain.surrogate, self.coverage.temperature_now(tuning_now))
         current, evaluate = self._model_or_surrogate(
             chain, current, self.has_gradient and not chain.frozen, record, field)
         return self.riemannian.transition(
-            current, evaluate, field, self.kernel.step_adapt.current(self._tuning_now(chain)),
+            current, evaluate, field, self.kernel.step_adapt.current(tuning_now),
             self.path_length, self.kernel.inner(), self._frame(chain),
             self.max_energy_error, self.rng,
         )
@@ -208,7 +208,7 @@ class SurrogateHMC(SurrogateStep):
         step = self.riemannian.warm_up(
             self.riemannian.field(chain.surrogate, self.coverage.temperature),
             self._frame(chain), start,
-            self._step_size_adaptation(self.kernel.step_adapt.current(False)),
+            self.kernel.step_size_adaptation(self.kernel.step_adapt.current(False)),
             self.path_length, self.max_energy_error, self.rng,
         )
         self.kernel.use(step_size=step)

@@ -239,7 +239,7 @@ class Refits:
         model evaluation."""
         start = chain.current.q if chain.current is not None else chain_scale.mean
         return warm_up_on_surrogate(
-            field, start, self.kernel.metric, self._step_size_adaptation(initial_step),
+            field, start, self.kernel.metric, self.kernel.step_size_adaptation(initial_step),
             self.path_length, self.rng, n_samples=n_samples,
             max_energy_error=self.max_energy_error,
         )
