@@ -948,7 +948,7 @@ def run_benchmark(
         Settings of reference NUTS runs (only when no cache matches).
     sampler_kwargs : mapping, optional
         Per-sampler keyword arguments for the step class, e.g.
-        ``{"SurrogateHMC": {"n_hidden": 500}}``.
+        ``{"SurrogateHMC": {"target_accept": 0.9}}``.
     model_kwargs : mapping, optional
         Per-model keyword overrides for the builder.
     blas_threads : int or None

@@ -54,12 +54,13 @@ def _samplers(pseudo_marginal: bool):
     import pymc as pm
 
     from pymc_surrogate.step_methods.kernel_hmc import KernelHMC
+    from pymc_surrogate.surrogates import KernelExpFamilyFinite
 
     if pseudo_marginal:
         kernel = [("KernelHMC", KernelHMC, {"pseudo_marginal": True})]
     else:
-        kernel = [("KernelHMC lite", KernelHMC, {"form": "lite"}),
-                  ("KernelHMC finite", KernelHMC, {"form": "finite"})]
+        kernel = [("KernelHMC lite", KernelHMC, {}),
+                  ("KernelHMC finite", KernelHMC, {"surrogate": KernelExpFamilyFinite()})]
     return kernel + [
         ("DEMetropolisZ", pm.DEMetropolisZ, {}),
         ("Slice", pm.Slice, {}),

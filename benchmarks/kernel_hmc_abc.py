@@ -61,17 +61,18 @@ def _mcmc_samplers():
     import pymc as pm
 
     from pymc_surrogate.step_methods.kernel_hmc import KernelHMC
+    from pymc_surrogate.surrogates import KernelExpFamilyFinite
 
     return [
-        ("KernelHMC lite (pseudo_marginal)", KernelHMC, {"form": "lite", "pseudo_marginal": True}),
+        ("KernelHMC lite (pseudo_marginal)", KernelHMC, {"pseudo_marginal": True}),
         ("KernelHMC finite (pseudo_marginal)", KernelHMC,
-         {"form": "finite", "pseudo_marginal": True}),
+         {"surrogate": KernelExpFamilyFinite(), "pseudo_marginal": True}),
         ("DEMetropolisZ", pm.DEMetropolisZ, {}),
         ("Slice", pm.Slice, {}),
         ("NUTS (closed-form ABC lik.)", None, {}),
         # Diagnostic, not ABC: the same posterior without the noise, as a black box.
         ("KernelHMC lite (closed-form ABC lik., black box)", KernelHMC,
-         {"form": "lite", "use_gradient": False}),
+         {"use_gradient": False}),
     ]
 
 

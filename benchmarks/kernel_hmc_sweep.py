@@ -100,10 +100,11 @@ def _samplers(names):
     import pymc as pm
 
     from pymc_surrogate.step_methods.kernel_hmc import KernelHMC
+    from pymc_surrogate.surrogates import KernelExpFamilyFinite
 
     table = {
-        "KernelHMC lite": (KernelHMC, {"form": "lite", "use_gradient": False}),
-        "KernelHMC finite": (KernelHMC, {"form": "finite", "use_gradient": False}),
+        "KernelHMC lite": (KernelHMC, {"use_gradient": False}),
+        "KernelHMC finite": (KernelHMC, {"surrogate": KernelExpFamilyFinite(), "use_gradient": False}),
         "DEMetropolisZ": (pm.DEMetropolisZ, {}),
     }
     return [(n, *table[n]) for n in names]

@@ -8,6 +8,7 @@ from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.step_methods.surrogate_hmc import SurrogateHMC
+from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 
 __all__ = ["AdaptiveSurrogateHMC"]
 
@@ -27,8 +28,9 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         freezes the surrogate when tuning ends (exact at every step).
     adaptation_decay : float
         Exponent of ``a_t``, in (0, 1] so that ``sum a_t`` diverges. Default 0.5.
-    max_hidden : int
-        Bound on hidden nodes (each online update costs ``O(p^2)``).
+    surrogate : RandomNetworkSurrogate, optional
+        As ``SurrogateHMC``; by default ``RandomNetworkSurrogate(max_hidden=200)``, as each
+        online update costs ``O(p^2)`` in the network's ``p`` weights.
     **kwargs
         Everything ``SurrogateHMC`` takes.
 
@@ -61,7 +63,6 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         *,
         adapt_in_draws: bool = True,
         adaptation_decay: float = 0.5,
-        max_hidden: int = 200,
         **kwargs,
     ):
         if not (np.isscalar(adaptation_decay) and 0 < adaptation_decay <= 1):
@@ -72,7 +73,10 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         self.adapt_in_draws = bool(adapt_in_draws)
         self.policy = TrainingPolicy(refit="online", learn_in_draws=self.adapt_in_draws)
         self.adaptation_decay = float(adaptation_decay)
-        super().__init__(vars, max_hidden=max_hidden, **kwargs)
+        super().__init__(vars, **kwargs)
+
+    def default_surrogate(self) -> RandomNetworkSurrogate:
+        return RandomNetworkSurrogate(max_hidden=200)
 
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
         if chain.learner is None:

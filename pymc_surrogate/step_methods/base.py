@@ -61,6 +61,7 @@ from pymc_surrogate.step_methods.settings import (
     check_settings,
     exploration_executor,
     gradient_setting,
+    surrogate_setting,
 )
 from pymc_surrogate.step_methods.state import (
     ChainState,
@@ -80,16 +81,19 @@ __all__ = ["SurrogateStep", "ChainState"]
 class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
-    A subclass sets ``_make_surrogate(whitening, random_state, **settings)`` (a new,
-    unfitted object of the ``Surrogate`` protocol, ``surrogates/base.py``) and, if it
-    learns otherwise than by batch refits in tune, ``policy`` (a ``TrainingPolicy``).
-    See ``SurrogateHMC`` for the parameters.
+    A subclass names its surrogate family (``surrogate_family``: estimator classes of the
+    ``Surrogate`` protocol, ``surrogates/base.py``; the first one's default is the step's
+    unless ``default_surrogate`` says otherwise) and, if it learns otherwise than by batch
+    refits in tune, ``policy`` (a ``TrainingPolicy``). See ``SurrogateHMC`` for the
+    parameters.
     """
 
     name = "surrogate_step"
     default_blocked = True
     _state_class = SurrogateStepState
     stats_dtypes_shapes = _stats.STATS
+    #: The estimator classes ``surrogate=`` takes (empty: the step builds its own).
+    surrogate_family: tuple[type, ...] = ()
     policy = TrainingPolicy()
     tuning = TUNING
     #: The logp is a noisy, unbiased likelihood estimate kept at the current state
@@ -111,7 +115,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
     _node_logp_cache = None  # exploration.py: the model as executor workers compile it
 
     def __init__(
-        self, vars=None, *, target_accept: float = 0.8, path_length: float = 2.8,
+        self, vars=None, *, surrogate=None, target_accept: float = 0.8, path_length: float = 2.8,
         dense_mass: bool | str = "auto", explore_steps: int | str = "auto",
         max_energy_error: float = 1000.0, tail_jumps: float | str = "auto",
         use_gradient: bool | str = "auto", store=None, executor=None, explore_tries: int = 4,
@@ -125,6 +129,8 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             initial_point = model.initial_point()
         vars = block_variables(model, vars, initial_point, owner)
         use_gradient = gradient_setting(use_gradient, owner, self.learns_from_gradients)
+        self.surrogate = surrogate_setting(surrogate, self.surrogate_family,
+                                           self.default_surrogate(), owner, kwargs)
         check_settings(owner, kwargs, target_accept, path_length, max_energy_error,
                        tail_jumps, explore_steps, dense_mass)
         self._model = model
@@ -189,6 +195,10 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             self.dim, self.tuning,
         )
         self.chain = self._new_chain()
+
+    def default_surrogate(self):
+        """The estimator fitted when ``surrogate=`` is not given (None: no family)."""
+        return self.surrogate_family[0]() if self.surrogate_family else None
 
     #: Whether this step's draws lower a black box's surrogate (SurrogateHMC's family).
     lowers_black_box_draws = False

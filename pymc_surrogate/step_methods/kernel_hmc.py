@@ -25,7 +25,6 @@ from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["KernelHMC"]
 
-FORMS = ("lite", "finite")
 #: ``adaptation_decay="auto"``: a lite update re-solves an ``n x n`` system (0.1-0.6 s at
 #: n = 500-1000, d = 8), so it vanishes like 1/t (about ln t updates); a finite update
 #: folds the new states in at O(d m^2) each (3 ms at m = 300, d = 8), so 1/sqrt(t).
@@ -65,18 +64,19 @@ class KernelHMC(KernelFit, SurrogateStep):
     Parameters
     ----------
     vars : list of continuous variables, optional (default: all of the model's)
-    form : {"lite", "finite"}
-        ``"lite"`` (kmc Prop. 1): Gaussian kernel centred on a sub-sample of at most
-        ``max_points`` states; its gradient vanishes away from the data, so trajectories
-        there degrade to a random walk. ``"finite"`` (Prop. 2): ``n_features`` random
-        Fourier features, updated online with every state.
-    sigma, lam : float or "auto"
-        Kernel length scale (whitened coordinates) and regulariser; "auto":
-        cross-validated score-matching objective at every batch fit.
-    max_points : int
-        Lite: largest sub-sample of the history (a fit costs ``O(d n^3)``).
-    n_features : int
-        Finite: random features ``m`` (an online state costs ``O(d m^2)``).
+    surrogate : KernelExpFamilyLite or KernelExpFamilyFinite, optional
+        The kernel exponential family fitted to the chain's states, with its settings.
+        ``KernelExpFamilyLite`` (kmc Prop. 1; default ``KernelExpFamilyLite(max_points=1000)``):
+        a Gaussian kernel centred on a sub-sample of at most ``max_points`` states (a fit
+        costs ``O(d n^3)``); its gradient vanishes away from the data, so trajectories
+        there degrade to a random walk. ``KernelExpFamilyFinite`` (Prop. 2): ``n_features``
+        random Fourier features, updated online with every state (``O(d m^2)`` a state).
+        Their ``sigma`` and ``lam`` (length scale in whitened coordinates, regulariser;
+        "auto": the cross-validated score-matching objective at every batch fit) and
+        ``base_scale``: the sd of the fit's Gaussian base measure in whitened coordinates
+        (``None`` drops it: the paper's form, where the lite density is improper and the
+        surrogate transition's inner chain and step-size warm-up can drift off). The step
+        sets their whitening, ``random_state`` and ``temperature``.
     temperature : float or "auto"
         The trajectories run on the fitted log density divided by it (>= 1). A surrogate
         narrower than the posterior makes the exact correction sticky (its weight
@@ -87,10 +87,6 @@ class KernelHMC(KernelFit, SurrogateStep):
         [1, ``MAX_TEMPERATURE``] (``_tail_temperature``): 1 for a surrogate that follows
         the model, more for one steeper than it anywhere evaluated; 1.5 for a block of a
         compound step, whose values cannot judge the fit.
-    base_scale : float or None
-        Standard deviation of the fit's Gaussian base measure in whitened coordinates;
-        ``None`` drops it (the paper's form: the lite density is then improper, and the
-        surrogate transition's inner chain and step-size warm-up can drift off).
     adapt_in_draws : bool
         ``True`` (default): the surrogate keeps learning from the draws' states with
         vanishing probability ``a_t``. ``False``: frozen when tuning ends.
@@ -175,6 +171,7 @@ class KernelHMC(KernelFit, SurrogateStep):
     """
 
     name = "kernel_hmc"
+    surrogate_family = (KernelExpFamilyLite, KernelExpFamilyFinite)
     stats_dtypes_shapes = {
         **_stats.STATS,
         "adaptations": (np.int64, []),
@@ -188,13 +185,7 @@ class KernelHMC(KernelFit, SurrogateStep):
         self,
         vars=None,
         *,
-        form: str = "lite",
-        sigma: float | str = "auto",
-        lam: float | str = "auto",
-        max_points: int = 1000,
-        n_features: int = 300,
         temperature: float | str = "auto",
-        base_scale: float | None = 1.0,
         adapt_in_draws: bool = True,
         adaptation_decay: float | str = "auto",
         pseudo_marginal: bool = False,
@@ -203,8 +194,6 @@ class KernelHMC(KernelFit, SurrogateStep):
         use_gradient: bool | str = "auto",
         **kwargs,
     ):
-        if form not in FORMS:
-            raise ValueError(f"form must be one of {FORMS}; got {form!r}.")
         for name, value in (("adapt_in_draws", adapt_in_draws),
                             ("pseudo_marginal", pseudo_marginal)):
             if not isinstance(value, bool | np.bool_):
@@ -212,6 +201,12 @@ class KernelHMC(KernelFit, SurrogateStep):
         use_gradient = gradient_setting(use_gradient, type(self).__name__)
         if use_gradient == "auto" and pseudo_marginal:
             use_gradient = False  # the gradient of a noisy estimate is not the posterior's
+        if "form" in kwargs:
+            raise TypeError(
+                "KernelHMC's form is the surrogate it is given: surrogate=KernelExpFamilyFinite() "
+                "for the finite form, KernelExpFamilyLite() (the default) for the lite one "
+                "(from pymc_surrogate.surrogates).")
+        form = "finite" if isinstance(kwargs.get("surrogate"), KernelExpFamilyFinite) else "lite"
         if adaptation_decay == "auto":
             adaptation_decay = AUTO_DECAY[form]
         elif isinstance(adaptation_decay, str | bool) or not (
@@ -245,16 +240,6 @@ class KernelHMC(KernelFit, SurrogateStep):
             raise ValueError(
                 f"temperature must be 'auto' or a finite number >= 1; got {temperature!r}.")
         self.temperature = temperature if temperature == "auto" else float(temperature)
-        shared = dict(sigma=sigma, lam=lam, base_scale=base_scale,
-                      temperature=1.0 if temperature == "auto" else float(temperature))
-        # both forms' settings are validated, whichever is used (a typo in the other
-        # form's setting is still a typo)
-        KernelExpFamilyLite(**shared, max_points=max_points)
-        KernelExpFamilyFinite(**shared, n_features=n_features)
-        if form == "lite":
-            self._surrogate_settings = dict(shared, max_points=max_points)
-        else:
-            self._surrogate_settings = dict(shared, n_features=n_features)
         if self.pseudo_marginal and kwargs.get("tail_jumps", "auto") == "auto":
             # the check judges the tails on potentials: noisy estimates here
             kwargs["tail_jumps"] = 0
@@ -271,8 +256,8 @@ class KernelHMC(KernelFit, SurrogateStep):
                 stacklevel=2,
             )
 
-    def _surrogate_class(self):
-        return KernelExpFamilyLite if self.form == "lite" else KernelExpFamilyFinite
+    def default_surrogate(self) -> KernelExpFamilyLite:
+        return KernelExpFamilyLite(max_points=1000)
 
     # ------------------------------------------------------------ chain state
     def _new_chain(self) -> KernelChainState:
@@ -295,10 +280,9 @@ class KernelHMC(KernelFit, SurrogateStep):
 
     # ------------------------------------------------------------ the surrogate
     def _make_surrogate(self, whitening: Whitening, random_state, **settings):
-        return self._surrogate_class()(
-            **{**self._surrogate_settings, **settings},
-            whitening=whitening, random_state=random_state,
-        )
+        temperature = 1.0 if self.temperature == "auto" else self.temperature
+        return super()._make_surrogate(whitening, random_state,
+                                       **{"temperature": temperature, **settings})
 
     def _use_surrogate(self, chain: KernelChainState, surrogate) -> None:
         super()._use_surrogate(chain, surrogate)
@@ -348,10 +332,9 @@ class KernelHMC(KernelFit, SurrogateStep):
             else:
                 current = chain.surrogate
                 history = self._history(chain)
-                candidate = KernelExpFamilyLite(
-                    **{**self._surrogate_settings, "sigma": current.sigma_, "lam": current.lam_},
-                    whitening=current.whitening_, random_state=self.rng.spawn(1)[0],
-                ).fit(history)
+                candidate = self._make_surrogate(
+                    current.whitening_, self.rng.spawn(1)[0], sigma=current.sigma_,
+                    lam=current.lam_).fit(history)
                 fitted_on = len(history)
             candidate = self._no_worse_than_base(chain, candidate)
             value, grad = self.context.field(candidate)(info.point.q)

@@ -7,8 +7,10 @@ and the tuning constants.
   theirs: ``use_gradient`` ("auto", True, False; "finite_difference" where a step learns
   from gradients), ``n_inner`` (a positive integer or "auto"), and "auto" (never ``None``)
   for "choose for me". The spellings of earlier releases (``use_gradient=None``,
-  VariationalHMC's ``gradient=``, SurrogateHMC's ``alpha=None``) keep working for one
-  release with a ``FutureWarning`` that names the new one.
+  VariationalHMC's ``gradient=``) keep working for one release with a ``FutureWarning``
+  that names the new one.
+* ``surrogate=``: the estimator a step fits (``surrogate_setting``), with its settings;
+  the step adds only what it alone knows (the whitening, a random stream).
 * The tuning constants (``Tuning``), each with where its value comes from. Every step
   reads them as ``self.tuning`` and its parts keep them from construction; a subclass
   may swap in ``dataclasses.replace(TUNING, ...)``. Why each is what it is:
@@ -25,8 +27,11 @@ import numpy as np
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
 
+from pymc_surrogate.surrogates.base import get_params
+
 __all__ = ["Tuning", "TUNING", "AUTO", "FINITE_DIFFERENCE", "gradient_setting", "inner_setting",
-           "auto_for_none", "block_variables", "check_settings", "exploration_executor"]
+           "block_variables", "check_settings", "exploration_executor",
+           "surrogate_setting"]
 
 
 @dataclass(frozen=True)
@@ -218,13 +223,36 @@ def inner_setting(n_inner) -> int | str:
     return int(n_inner)
 
 
-def auto_for_none(value, name: str, owner: str):
-    """``value``, with the old ``None`` for "choose for me" read as "auto" (and warned)."""
-    if value is None:
-        _deprecated(f"{owner}({name}=None) is deprecated: use {name}='auto', which does the same.")
-        return AUTO
-    return value
-
+def surrogate_setting(surrogate, family: tuple[type, ...], default, owner: str, kwargs: dict):
+    """The estimator a step fits: ``surrogate=`` (checked against the step's family), or
+    the family's default. A setting of the estimator passed to the step (the old, flattened
+    spelling) is refused with the spelling that works."""
+    moved = sorted(set(kwargs) & {name for cls in family for name in get_params(cls())})
+    if moved:
+        holder = next(cls for cls in family if moved[0] in get_params(cls()))
+        raise TypeError(
+            f"{owner}: {', '.join(moved)} {'is a setting' if len(moved) == 1 else 'are settings'} "
+            f"of the surrogate: pass {owner}(surrogate={holder.__name__}("
+            f"{', '.join(f'{name}=...' for name in moved)})) "
+            f"(from pymc_surrogate.surrogates import {holder.__name__})."
+        )
+    if surrogate is None:
+        return default
+    if not family:
+        raise TypeError(f"{owner} takes no surrogate= (its surrogate is its grid).")
+    if isinstance(surrogate, type):
+        raise TypeError(
+            f"{owner}(surrogate=...) takes an estimator object, not a class: "
+            f"surrogate={surrogate.__name__}()."
+        )
+    if not isinstance(surrogate, family):
+        names = " or ".join(cls.__name__ for cls in family)
+        raise TypeError(
+            f"{owner}(surrogate=...) takes a {names} (from pymc_surrogate.surrogates); got "
+            f"{type(surrogate).__name__}. Each step method fits its own family of surrogates: "
+            "see the user guide's 'Which step method'."
+        )
+    return surrogate
 
 
 def block_variables(model, vars, initial_point: dict, owner: str) -> list:

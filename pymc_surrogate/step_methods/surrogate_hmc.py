@@ -11,7 +11,7 @@ from pymc_surrogate.step_methods.kernels.riemannian import (
     riemannian_stats,
 )
 from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
-from pymc_surrogate.step_methods.settings import auto_for_none, inner_setting
+from pymc_surrogate.step_methods.settings import inner_setting
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -42,8 +42,12 @@ class SurrogateHMC(SurrogateStep):
         surrogate steps of tuning (a good surrogate: more movement per evaluation), or
         for a black box (below), else one (where many are rejected, a longer inner run is
         thrown away more often).
-    n_hidden, activation, quadratic, alpha, max_hidden, max_equations
-        The surrogate's settings (``RandomNetworkSurrogate``).
+    surrogate : RandomNetworkSurrogate, optional
+        The random network fitted to the model's values and gradients, with its settings
+        (hidden nodes, activation, quadratic base, ridge penalty, sizes): e.g.
+        ``surrogate=RandomNetworkSurrogate(n_hidden=200)``. Its defaults by default. Each
+        fit is a new copy in the chain's whitened coordinates; the step also sets its
+        ``random_state`` and ``max_training_error``.
     metric : {"euclidean", "riemannian", "riemannian-diagonal"}
         "euclidean" (default): the surrogate transitions run HMC with a mass matrix fixed
         after tuning. "riemannian": RNS-RMHMC (rns-hmc §3.4), Riemannian HMC with the
@@ -144,6 +148,7 @@ class SurrogateHMC(SurrogateStep):
     """
 
     name = "surrogate_hmc"
+    surrogate_family = (RandomNetworkSurrogate,)
     stats_dtypes_shapes = {**_stats.STATS, **RIEMANNIAN_STATS}
 
     def __init__(
@@ -152,12 +157,6 @@ class SurrogateHMC(SurrogateStep):
         *,
         correction: str = "surrogate_transition",
         n_inner: int | str = "auto",
-        n_hidden: int | str = "auto",
-        activation: str = "softplus",
-        quadratic: str = "auto",
-        alpha: float | str = "auto",
-        max_hidden: int = 500,
-        max_equations: int = 20_000,
         metric: str = "euclidean",
         softabs_alpha: float = 1.0,
         **kwargs,
@@ -169,14 +168,6 @@ class SurrogateHMC(SurrogateStep):
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
         self.correction = correction
         self.n_inner = inner_setting(n_inner)
-        alpha = auto_for_none(alpha, "alpha", type(self).__name__)
-        # Validates the surrogate settings now rather than at the first fit.
-        self._surrogate_settings = dict(
-            n_hidden=n_hidden, activation=activation, quadratic=quadratic, alpha=alpha,
-            max_hidden=max_hidden, max_equations=max_equations,
-            max_training_error=self.tuning.max_training_error,
-        )
-        RandomNetworkSurrogate(**self._surrogate_settings)
         super().__init__(vars, **kwargs)
         if self.riemannian is not None:
             self.riemannian.check(self.correction, self.context.dim)
@@ -225,7 +216,6 @@ class SurrogateHMC(SurrogateStep):
     tamer_settings = ({"min_alpha": 1e-6}, {"min_alpha": 1e-3})
 
     def _make_surrogate(self, whitening: Whitening, random_state, **settings):
-        return RandomNetworkSurrogate(
-            **{**self._surrogate_settings, **settings},
-            whitening=whitening, random_state=random_state,
-        )
+        return super()._make_surrogate(
+            whitening, random_state, max_training_error=self.tuning.max_training_error,
+            **settings)

@@ -59,22 +59,21 @@ class VariationalHMC(SurrogateStep):
         (``2 d`` more logp evaluations per training point, counted in ``model_evals``), the
         way to sample a black box. ``gradient="model"`` / ``gradient="finite_difference"``
         of earlier releases still work, with a ``FutureWarning``.
-    n_hidden : int or "auto"
-        Random softplus nodes ``s``.
-    alpha : float or "auto"
-        Ridge penalty ``lambda`` of the node weights (relative to their columns' squared
-        norms); "auto": chosen by generalised cross-validation at each batch fit.
-    tau : float or "auto"
-        Laplace blend ``mu_t = 1 - exp(-t / tau)``, ``t`` the gradients learnt.
+    surrogate : ScoreNetworkSurrogate, optional
+        The score-matching network with its settings: random softplus nodes
+        (``n_hidden``), the ridge penalty of their weights (``alpha``; "auto": generalised
+        cross-validation at each batch fit), the Laplace blend ``mu_t = 1 - exp(-t /
+        tau)`` over the ``t`` gradients learnt, its quadratic base and bound on its
+        nodes; e.g. ``surrogate=ScoreNetworkSurrogate(tau=50)``. Its defaults by default.
+        The step sets its Laplace term, whitening and ``random_state``.
     t0 : "tune" or int
         Stopping time: learning stops after this many tuning iterations (or when tuning
         ends, whichever is first).
     stop_error : float, optional
         Stop learning earlier, once the running relative score error of new points,
         measured before they are learnt, falls below this (e.g. 0.01).
-    correction, n_inner, quadratic, max_hidden
-        As ``SurrogateHMC`` (the correction and its inner transitions); the surrogate's
-        quadratic base and bound on its nodes (``ScoreNetworkSurrogate``).
+    correction, n_inner
+        As ``SurrogateHMC``: the correction and its inner transitions.
     **kwargs
         Everything ``SurrogateHMC`` takes: ``target_accept``, ``path_length``,
         ``dense_mass``, ``explore_steps``, ``store``, ``executor``, ``explore_tries``, ``max_energy_error``, ``model``, ``rng``,
@@ -112,20 +111,17 @@ class VariationalHMC(SurrogateStep):
         "laplace_weight": (np.float64, []),
     }
 
+    surrogate_family = (ScoreNetworkSurrogate,)
+
     def __init__(
         self,
         vars=None,
         *,
         exact: bool = True,
-        n_hidden: int | str = "auto",
-        alpha: float | str = "auto",
-        tau: float | str = "auto",
         t0: int | str = "tune",
         stop_error: float | None = None,
         correction: str = "surrogate_transition",
         n_inner: int | str = 1,
-        quadratic: str = "auto",
-        max_hidden: int = 500,
         **kwargs,
     ):
         if not isinstance(exact, bool | np.bool_):
@@ -151,9 +147,6 @@ class VariationalHMC(SurrogateStep):
         self.n_inner = inner_setting(n_inner)
         self.t0 = t0
         self.stop_error = stop_error
-        self._surrogate_settings = dict(n_hidden=n_hidden, alpha=alpha, tau=tau,
-                                        quadratic=quadratic, max_hidden=max_hidden)
-        ScoreNetworkSurrogate(**self._surrogate_settings)  # validates them now
         if not self.exact:
             # every draw is a surrogate move: no model evaluation a tail jump could use
             kwargs["tail_jumps"] = 0
@@ -201,10 +194,7 @@ class VariationalHMC(SurrogateStep):
             # full quadratic needs no such help, and a banana whitened by its narrow
             # Laplace covariance missed its arms (means 11 MCSE off, no warning).
             whitening = _laplace_whitening(laplace, whitening)
-        return ScoreNetworkSurrogate(
-            **{**self._surrogate_settings, **settings}, laplace=laplace,
-            whitening=whitening, random_state=random_state,
-        )
+        return super()._make_surrogate(whitening, random_state, laplace=laplace, **settings)
 
     def _laplace(self, chain: ChainState) -> LaplaceTerm | None:
         """The mode and Hessian of the Laplace regulariser (vhmc §3.4).

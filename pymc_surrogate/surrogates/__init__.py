@@ -6,7 +6,10 @@ from pymc_surrogate.surrogates.base import (
     OnlineSurrogate,
     Surrogate,
 )
+from pymc_surrogate.surrogates.kernel_finite import KernelExpFamilyFinite
+from pymc_surrogate.surrogates.kernel_lite import KernelExpFamilyLite
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
+from pymc_surrogate.surrogates.score_network import ScoreNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = [
@@ -15,5 +18,8 @@ __all__ = [
     "DesignedSurrogate",
     "Domain",
     "RandomNetworkSurrogate",
+    "ScoreNetworkSurrogate",
+    "KernelExpFamilyLite",
+    "KernelExpFamilyFinite",
     "Whitening",
 ]

@@ -9,11 +9,13 @@ may cover only the first ``g`` inputs (the block). NaN marks an unknown value or
 
 from __future__ import annotations
 
+import inspect
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Surrogate", "OnlineSurrogate", "DesignedSurrogate", "Domain"]
+__all__ = ["Surrogate", "OnlineSurrogate", "DesignedSurrogate", "Domain", "get_params",
+           "with_params"]
 
 
 @runtime_checkable
@@ -88,3 +90,22 @@ class DesignedSurrogate(Surrogate, Protocol):
     def contains(self, q: np.ndarray) -> bool:
         """Whether ``q`` lies in the domain the surrogate interpolates."""
         ...
+
+
+def get_params(estimator) -> dict:
+    """An estimator's settings: its ``__init__`` arguments, read from the attributes of the
+    same names (scikit-learn's convention, which every surrogate here follows)."""
+    signature = inspect.signature(type(estimator).__init__)
+    return {
+        name: getattr(estimator, name)
+        for name, parameter in signature.parameters.items()
+        if name != "self" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    }
+
+
+def with_params(estimator, **changes):
+    """A new, unfitted estimator of the same class and settings, with ``changes`` applied
+    (scikit-learn's ``clone`` and ``set_params`` in one): what a step fits, from the
+    estimator a user gives it, with the inputs only the step knows (its whitening, its
+    random stream)."""
+    return type(estimator)(**{**get_params(estimator), **changes})

@@ -18,6 +18,7 @@ from benchmarks.models.haario_banana import haario_banana_moments, make_haario_b
 from benchmarks.models.random_effects import make_random_effects
 from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.step_methods.kernel_hmc import KernelHMC
+from pymc_surrogate.surrogates import KernelExpFamilyFinite
 from tests.conftest import gaussian_model
 
 SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
@@ -40,10 +41,15 @@ def _draws(idata, name):
     return values.reshape(-1, values.shape[-1])
 
 
+def _surrogate(form: str):
+    """The step's default lite fit, or the finite form with its default features."""
+    return None if form == "lite" else KernelExpFamilyFinite()
+
+
 @pytest.mark.parametrize("form", ["lite", "finite"])
 def test_recovers_a_correlated_gaussian_black_box(form):
     with gaussian_model(np.zeros(2), COV, black_box=True):
-        idata = pm.sample(draws=1000, tune=1000, chains=2, step=KernelHMC(form=form),
+        idata = pm.sample(draws=1000, tune=1000, chains=2, step=KernelHMC(surrogate=_surrogate(form)),
                           random_seed=1, **SAMPLE)
     assert_moments(_draws(idata, "x"), np.zeros(2), np.sqrt(np.diag(COV)))
     stats = idata.sample_stats
@@ -65,7 +71,7 @@ def test_ten_dimensional_gaussian_from_a_short_tune(form):
     The ESS floor of 800 fails every one of those runs."""
     dim = 10
     with gaussian_model(np.zeros(dim), np.eye(dim), black_box=True):
-        idata = pm.sample(draws=1000, tune=1000, chains=2, step=KernelHMC(form=form),
+        idata = pm.sample(draws=1000, tune=1000, chains=2, step=KernelHMC(surrogate=_surrogate(form)),
                           random_seed=0, **SAMPLE)
     draws = _draws(idata, "x")
     assert_moments(draws, np.zeros(dim), np.ones(dim))
@@ -205,7 +211,7 @@ def test_pseudo_marginal_in_a_compound_step_warns():
 @pytest.mark.parametrize("adapt_in_draws", [True, False])
 def test_vanishing_adaptation_in_the_draws_or_frozen(adapt_in_draws):
     with gaussian_model(np.zeros(2), COV, black_box=True):
-        step = KernelHMC(form="finite", adapt_in_draws=adapt_in_draws)
+        step = KernelHMC(surrogate=KernelExpFamilyFinite(), adapt_in_draws=adapt_in_draws)
         idata = pm.sample(draws=400, tune=700, chains=1, step=step, random_seed=5, **SAMPLE)
     stats = idata.sample_stats
     adaptations = stats.adaptations.values[0]
@@ -238,17 +244,11 @@ def test_short_tune_falls_back_to_the_random_walk_without_crashing():
 @pytest.mark.parametrize(
     "settings, name",
     [
-        ({"form": "dense"}, "form"),
         ({"adaptation_decay": 0.0}, "adaptation_decay"),
         ({"adaptation_decay": 1.5}, "adaptation_decay"),
-        ({"sigma": -1.0}, "sigma"),
-        ({"lam": "big"}, "lam"),
-        ({"max_points": 1}, "max_points"),
-        ({"form": "finite", "n_features": 0}, "n_features"),
         ({"n_inner": 0}, "n_inner"),
         ({"temperature": 0.5}, "temperature"),
         ({"temperature": "hot"}, "temperature"),
-        ({"base_scale": -1.0}, "base_scale"),
         ({"correction": "none"}, "correction"),
         ({"pseudo_marginal": "yes"}, "pseudo_marginal"),
         ({"adapt_in_draws": None}, "adapt_in_draws"),
@@ -260,6 +260,15 @@ def test_bad_settings_raise_naming_the_setting(settings, name):
     with gaussian_model(np.zeros(2), COV, black_box=True):
         with pytest.raises(ValueError, match=name):
             KernelHMC(**settings)
+
+
+def test_the_form_is_the_surrogate_given():
+    with gaussian_model(np.zeros(2), COV, black_box=True):
+        with pytest.raises(TypeError, match=r"surrogate=KernelExpFamilyFinite\(\)"):
+            KernelHMC(form="finite")
+        finite = KernelHMC(surrogate=KernelExpFamilyFinite(n_features=40))
+        assert finite.form == "finite" and finite.adaptation_decay == 0.5
+        assert KernelHMC().surrogate.max_points == 1000
 
 
 def test_a_stuck_chain_skips_the_fit_with_one_warning_saying_so(caplog):

@@ -7,12 +7,22 @@ from __future__ import annotations
 import inspect
 import warnings
 
-import numpy as np
 import pymc as pm
 import pytest
 
-from pymc_surrogate import STEP_METHODS, SurrogateHMC, VariationalHMC
+from pymc_surrogate import (
+    STEP_METHODS,
+    KernelHMC,
+    SparseGridHMC,
+    SurrogateHMC,
+    VariationalHMC,
+)
 from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE
+from pymc_surrogate.surrogates import (
+    KernelExpFamilyLite,
+    RandomNetworkSurrogate,
+    Whitening,
+)
 from tests.reliability.registry import init_parameters
 
 #: Shared parameters whose defaults differ on purpose, and why.
@@ -21,8 +31,6 @@ DIFFERENT_DEFAULTS = {
     # x2-3 for the same evaluations); the other three keep 1 until it is measured for them.
     "n_inner": {"SurrogateHMC": "auto", "AdaptiveSurrogateHMC": "auto", "VariationalHMC": 1,
                 "KernelHMC": 1, "SparseGridHMC": 1},
-    # the online learner's recursive least squares costs s^2 per update
-    "max_hidden": {"SurrogateHMC": 500, "AdaptiveSurrogateHMC": 200, "VariationalHMC": 500},
     # SparseGridHMC's executor evaluates its grid before sampling ("auto": in processes past
     # 10 s of serial evaluation); the others' batch black-box exploration, serial unless given
     "executor": {"SurrogateHMC": None, "AdaptiveSurrogateHMC": None, "VariationalHMC": None,
@@ -34,7 +42,7 @@ DIFFERENT_DEFAULTS = {
 #: The old spellings of "choose for me" (``None``) are gone from every signature; what
 #: ``None`` still means is "not given" or "off".
 NONE_MEANS_NOT_GIVEN = {"model", "rng", "initial_point", "compile_kwargs", "grid", "save_grid",
-                        "bounds", "mean", "cov", "max_workers", "stop_error", "base_scale",
+                        "bounds", "mean", "cov", "max_workers", "stop_error", "surrogate",
                         "store", "executor"}
 
 
@@ -130,14 +138,34 @@ def test_variational_gradient_keyword_still_works_and_says_what_replaces_it():
     assert old.has_gradient and not old.functions.finite_difference
 
 
-def test_surrogate_alpha_none_still_works_and_says_what_replaces_it():
+@pytest.mark.parametrize("cls, settings, holder", [
+    (SurrogateHMC, {"n_hidden": 50}, "RandomNetworkSurrogate"),
+    (SurrogateHMC, {"alpha": None, "quadratic": "full"}, "RandomNetworkSurrogate"),
+    (VariationalHMC, {"tau": 10.0}, "ScoreNetworkSurrogate"),
+    (KernelHMC, {"n_features": 100}, "KernelExpFamilyFinite"),
+    (KernelHMC, {"sigma": 1.0}, "KernelExpFamilyLite"),
+])
+def test_a_surrogate_setting_given_to_the_step_names_the_estimator(cls, settings, holder):
+    """The surrogate's settings live on the estimator (``surrogate=``): the step refuses
+    them, with the spelling that works."""
+    with _model(), pytest.raises(TypeError, match=rf"surrogate={holder}\("):
+        cls(**settings)
+
+
+def test_the_surrogate_is_an_estimator_of_the_step_family():
     with _model():
-        with pytest.warns(FutureWarning, match="alpha='auto'"):
-            step = SurrogateHMC(alpha=None)
-        with pytest.raises(ValueError, match="alpha must be a positive number or 'auto'"):
-            SurrogateHMC(alpha=-1.0)
-    assert step._surrogate_settings["alpha"] == "auto"
-    assert np.isfinite(SurrogateHMC(alpha=0.1, model=_model())._surrogate_settings["alpha"])
+        step = SurrogateHMC(surrogate=RandomNetworkSurrogate(n_hidden=7, alpha=0.1))
+        fitted = step._make_surrogate(Whitening.identity(1), 0)
+        assert (fitted.n_hidden, fitted.alpha) == (7, 0.1)  # the user's settings, a new copy
+        assert fitted is not step.surrogate and fitted.whitening is not None
+        with pytest.raises(TypeError, match="takes a RandomNetworkSurrogate"):
+            SurrogateHMC(surrogate=KernelExpFamilyLite())
+        with pytest.raises(TypeError, match="not a class"):
+            KernelHMC(surrogate=KernelExpFamilyLite)
+        with pytest.raises(TypeError, match="takes no surrogate="):
+            SparseGridHMC(surrogate=RandomNetworkSurrogate())
+        with pytest.raises(ValueError, match="n_hidden must be"):
+            RandomNetworkSurrogate(n_hidden=-5)  # the estimator checks its own settings
 
 
 @pytest.mark.parametrize("name", sorted(STEP_METHODS))

@@ -187,7 +187,6 @@ def test_discrete_variable_is_refused_with_advice():
         (dict(n_inner=True), "n_inner"),
         (dict(explore_steps=-3), "explore_steps"),
         (dict(correction="none"), "correction"),
-        (dict(n_hidden=-5), "n_hidden"),
         (dict(max_energy_error=-1), "max_energy_error"),
         (dict(tail_jumps=1.0), "tail_jumps"),
         (dict(tail_jumps="often"), "tail_jumps"),

@@ -19,6 +19,7 @@ from pymc_surrogate.core.adaptation import SurrogateWarmUp, warm_up_on_surrogate
 from pymc_surrogate.core.types import TransitionInfo
 from pymc_surrogate.step_methods.adaptation.coverage import tempered
 from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.surrogates.base import with_params
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["Refits"]
@@ -31,8 +32,10 @@ class Refits:
     tamer_settings: tuple[dict, ...] = ()
 
     def _make_surrogate(self, whitening: Whitening, random_state, **settings):
-        """A new, unfitted surrogate (the step class's choice)."""
-        raise NotImplementedError
+        """A new, unfitted copy of the step's estimator (``surrogate=``), in the chain's
+        whitening and with a random stream of its own."""
+        return with_params(self.surrogate, **settings, whitening=whitening,
+                           random_state=random_state)
 
     def _relevant(self, chain: ChainState) -> np.ndarray:
         """Indices of the training points a fit learns from: within the energy window
