@@ -15,7 +15,7 @@ from pymc_surrogate.step_methods.evaluation.evaluator import (
     _first_line,
     infinite_logp_error,
 )
-from pymc_surrogate.step_methods.grid.domain import MAX_GROWTH
+from pymc_surrogate.step_methods.grid.domain import MAX_GROWTH, MAX_REFITS
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.base import Domain
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
@@ -69,26 +69,36 @@ class GridPrecompute:
         super()._refit(chain)
 
     def _precompute_grid(self, chain) -> None:
-        """The grid over the given domain, or over the warm-up's box grown where the
-        posterior has not fallen off at a face (``_grown_domain``); and what it cost."""
+        """The grid over the given domain, or over the warm-up's box: for a black box
+        re-fitted to the grid's own nodes while their Laplace approximation says the box
+        misses its mass (``_refit_domain``), then grown where the posterior has not fallen
+        off at a face (``_grown_domain``); and what it cost."""
         started = time.perf_counter()
         domain, transform = (self._domain_given if self._domain_given is not None
                              else self._warm_up_domain(chain))
-        spent, boxes = {"model_evals": 0, "retried": 0}, 0
+        spent, boxes, refits = {"model_evals": 0, "retried": 0}, 0, 0
         while True:
             grid, potentials, retried, timed = self._grid_over(domain, transform)
             spent["model_evals"] += grid.n_nodes_ + retried + timed
             spent["retried"] += retried
             boxes += 1
-            grown = (None if self._domain_given is not None or boxes > MAX_GROWTH
-                     else self._grown_domain(grid, potentials))
+            if self._domain_given is not None or boxes > MAX_GROWTH:
+                break
+            if refits < MAX_REFITS and not self.has_gradient:
+                refit = self._refit_domain(grid, potentials)
+                if refit is not None:
+                    domain, transform = refit
+                    refits += 1
+                    continue
+            grown = self._grown_domain(grid, potentials)
             if grown is None:
                 break
             domain = grown
         values, outside_support = fill_outside_support(potentials, grid.nodes_)
         grid.fit(grid.nodes_, values)
         self.grid_ = grid
-        self.precompute_ = {"nodes": int(grid.n_nodes_), "boxes": boxes, **spent,
+        self.precompute_ = {"nodes": int(grid.n_nodes_), "boxes": boxes, "refits": refits,
+                             **spent,
                             "seconds": time.perf_counter() - started,
                             "outside_support": outside_support}
         if self._save_grid is not None:
