@@ -30,7 +30,7 @@ Run::
     python examples/elliptic_pde_showcase.py --quick         # tiny, seconds
     python examples/elliptic_pde_showcase.py --samplers SurrogateHMC,NUTS --draws 4000
     python examples/elliptic_pde_showcase.py \\
-        --sampler-kwargs '{"SurrogateHMC": {"quadratic": "full", "n_hidden": 0}}'
+        --sampler-kwargs '{"SurrogateHMC": {"target_accept": 0.9, "n_inner": 3}}'
 """
 
 from __future__ import annotations
