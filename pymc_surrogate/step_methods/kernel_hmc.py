@@ -76,7 +76,8 @@ class KernelHMC(KernelFit, SurrogateStep):
         ``base_scale``: the sd of the fit's Gaussian base measure in whitened coordinates
         (``None`` drops it: the paper's form, where the lite density is improper and the
         surrogate transition's inner chain and step-size warm-up can drift off). The step
-        sets their whitening, ``random_state`` and ``temperature``.
+        sets their whitening, ``random_state``, ``temperature`` and, in a compound step,
+        ``score_dims``.
     temperature : float or "auto"
         The trajectories run on the fitted log density divided by it (>= 1). A surrogate
         narrower than the posterior makes the exact correction sticky (its weight
@@ -86,7 +87,10 @@ class KernelHMC(KernelFit, SurrogateStep):
         ratio of the fit's rise to the model's at the tune's evaluations, within
         [1, ``MAX_TEMPERATURE``] (``_tail_temperature``): 1 for a surrogate that follows
         the model, more for one steeper than it anywhere evaluated; 1.5 for a block of a
-        compound step, whose values cannot judge the fit.
+        compound step, whose values cannot judge the fit. A block's surrogate has the
+        other blocks' values as inputs, and score matching fits the score in the block's
+        coordinates only (the surrogate's ``score_dims``, set by the step): the
+        conditional's, which is what its trajectories use.
     adapt_in_draws : bool
         ``True`` (default): the surrogate keeps learning from the draws' states with
         vanishing probability ``a_t``. ``False``: frozen when tuning ends.
@@ -281,8 +285,12 @@ class KernelHMC(KernelFit, SurrogateStep):
     # ------------------------------------------------------------ the surrogate
     def _make_surrogate(self, whitening: Whitening, random_state, **settings):
         temperature = 1.0 if self.temperature == "auto" else self.temperature
-        return super()._make_surrogate(whitening, random_state,
-                                       **{"temperature": temperature, **settings})
+        # A compound step's block: score matching in the block's coordinates only (the
+        # conditional's score), not in the other blocks' values.
+        score_dims = self.dim if self.context.dim else None
+        return super()._make_surrogate(
+            whitening, random_state,
+            **{"temperature": temperature, "score_dims": score_dims, **settings})
 
     def _use_surrogate(self, chain: KernelChainState, surrogate) -> None:
         super()._use_surrogate(chain, surrogate)

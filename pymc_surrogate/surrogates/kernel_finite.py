@@ -35,7 +35,8 @@ CHUNK_ROWS = 4096
 
 
 def _finite_sums(
-    x: np.ndarray, weight: np.ndarray, omega: np.ndarray, offset: np.ndarray, base: float = 0.0
+    x: np.ndarray, weight: np.ndarray, omega: np.ndarray, offset: np.ndarray, base: float = 0.0,
+    score_dims: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``C`` (m, m) and ``b`` (m,) of kmc Prop. 2 for random Fourier features
     ``phi_j(x) = sqrt(2/m) cos(omega_j . x + u_j)``, summed over the points (not averaged);
@@ -43,22 +44,26 @@ def _finite_sums(
 
     ``dphi_j/dx_l = -sqrt(2/m) omega_jl sin(z_j)`` and ``d2phi_j/dx_l^2 = -omega_jl^2 phi_j``,
     so ``C = (2/m) (Omega Omega^T) * (S^T W S)`` with ``S_xj = sin(z_j(x))`` and
-    ``b_j = sqrt(2/m) sum_x w_x (|omega_j|^2 cos z_j(x) - base sin z_j(x) omega_j . x)``.
+    ``b_j = sqrt(2/m) sum_x w_x (|omega_j|^2 cos z_j(x) - base sin z_j(x) omega_j . x)``;
+    ``score_dims``: the derivatives only in the first ``score_dims`` coordinates (``l``, and
+    the norms and products of ``omega_j`` and ``x`` above, over those alone).
     """
     m = omega.shape[0]
+    scored = omega[:, :score_dims]
     sin_gram = np.zeros((m, m))
     b_sum = np.zeros(m)
-    sq_norm = np.sum(omega**2, axis=1)
+    sq_norm = np.sum(scored**2, axis=1)
     for start in range(0, x.shape[0], CHUNK_ROWS):
-        projection = x[start : start + CHUNK_ROWS] @ omega.T
-        phase = projection + offset
+        rows = x[start : start + CHUNK_ROWS]
+        phase = rows @ omega.T + offset
+        projection = rows[:, :score_dims] @ scored.T
         w = weight[start : start + CHUNK_ROWS]
         sin = np.sin(phase)
         s = np.sqrt(w)[:, None] * sin
         sin_gram += s.T @ s
         b_sum += w @ (sq_norm * np.cos(phase) - base * sin * projection)
     scale = 2.0 / m
-    return scale * (omega @ omega.T) * sin_gram, np.sqrt(scale) * b_sum
+    return scale * (scored @ scored.T) * sin_gram, np.sqrt(scale) * b_sum
 
 
 def _regularised_inverse(c: np.ndarray, lam: float) -> np.ndarray:
@@ -98,7 +103,7 @@ class KernelExpFamilyFinite:
     base_scale : float or None
         Standard deviation of the Gaussian base measure in whitened coordinates (module
         docstring); ``None``: no base, the paper's form.
-    temperature : float
+    temperature, score_dims
         As ``KernelExpFamilyLite``.
     n_folds : int
         Folds of the cross-validation (contiguous blocks, the points in given order).
@@ -153,6 +158,7 @@ class KernelExpFamilyFinite:
         lam: float | str = "auto",
         base_scale: float | None = 1.0,
         temperature: float = 1.0,
+        score_dims: int | None = None,
         n_folds: int = 5,
         whitening: Whitening | None = None,
         random_state: int | np.random.Generator | None = None,
@@ -163,6 +169,9 @@ class KernelExpFamilyFinite:
         _check_base_scale(base_scale)
         _check_positive("temperature", temperature, allow_auto=False)
         _check_count("n_folds", n_folds, 2)
+        if score_dims is not None:
+            _check_count("score_dims", score_dims, 1)
+        self.score_dims = score_dims
         self.n_features = n_features
         self.sigma = sigma
         self.lam = lam
@@ -197,7 +206,7 @@ class KernelExpFamilyFinite:
         sigma, lam, cv_results = self._choose(x, weight, unit, offset, rng)
 
         omega = unit / sigma
-        c, b = _finite_sums(x, weight, omega, offset, self._base)
+        c, b = _finite_sums(x, weight, omega, offset, self._base, self.score_dims)
         p_mat = _regularised_inverse(c, lam)
         if not np.all(np.isfinite(p_mat @ b)):
             raise ValueError("The score-matching system gave non-finite weights.")
@@ -229,7 +238,7 @@ class KernelExpFamilyFinite:
 
         def held_out(sigma: float) -> np.ndarray:
             # Sums per fold; a fold's training system is the total minus its own.
-            parts = [_finite_sums(x[f], weight[f], unit / sigma, offset, self._base)
+            parts = [_finite_sums(x[f], weight[f], unit / sigma, offset, self._base, self.score_dims)
                      for f in folds]
             c_all = sum(p[0] for p in parts)
             b_all = sum(p[1] for p in parts)
@@ -276,8 +285,10 @@ class KernelExpFamilyFinite:
         if positions.shape[0] == 0:
             return self
         x = self.whitening_.to_white(positions)
-        m, dim = self.omega_.shape
-        c_new, b_new = _finite_sums(x, weight, self.omega_, self.offset_, self._base)
+        m = self.omega_.shape[0]
+        dim = self.omega_.shape[1] if self.score_dims is None else self.score_dims
+        c_new, b_new = _finite_sums(x, weight, self.omega_, self.offset_, self._base,
+                                    self.score_dims)
         c_sum, b_sum = self._c_sum + c_new, self._b_sum + b_new
         rank = x.shape[0] * dim
         # Refactorise (O(m^3)) for a batch whose updates would cost more than that, and
@@ -295,12 +306,14 @@ class KernelExpFamilyFinite:
     def _woodbury(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
         """``(C + sum_x A_x A_x^T + lam I)^{-1}`` from ``P = (C + lam I)^{-1}``, a point at a
         time: ``P <- P - P A (I_d + A^T P A)^{-1} A^T P``, ``O(d m^2)`` each."""
-        m, dim = self.omega_.shape
+        m = self.omega_.shape[0]
+        scored = self.omega_[:, :self.score_dims]
+        dim = scored.shape[1]
         p_mat = self._precision_inverse
         phase = x @ self.omega_.T + self.offset_
         scale = np.sqrt(2.0 * weight / m)[:, None] * np.sin(phase)  # (k, m)
         for row in scale:
-            factor = row[:, None] * self.omega_  # A = sqrt(2w/m) diag(sin z) Omega: (m, d)
+            factor = row[:, None] * scored  # A = sqrt(2w/m) diag(sin z) Omega: (m, d)
             p_a = p_mat @ factor
             inner = np.eye(dim) + factor.T @ p_a  # I_d + A^T P A: positive definite
             p_mat = p_mat - p_a @ _solve_spd(inner, p_a.T)

@@ -241,8 +241,18 @@ def test_keyboard_interrupt_with_worker_processes(step):
 
 
 # -------------------------------------------------------------- compound steps
+#: Fewest effective draws of each x_i (2 x 2000 draws) in the compound-step test. Its means
+#: alone passed by luck: KernelHMC fitted the joint density of (x, k) and mixed badly
+#: (x's ESS 5-403 at 10 seeds, its sd 1.71-2.27 of 2.05), yet k's mean was within 2.4
+#: MCSE at 9 of them. Samplers that mix: KernelHMC fitting x's conditional 1938-3935 at 10
+#: seeds, SurrogateHMC 3053-4330; SparseGridHMC 706-3744 at 5.
+COMPOUND_MIN_ESS = 500
+
+
 def test_compound_step_with_a_discrete_gibbs_step(step):
-    # k ~ Bernoulli(0.7), x_i | k ~ N(k, 2^2): marginally E[k] = E[x_i] = 0.7.
+    # k ~ Bernoulli(0.7), x_i | k ~ N(k, 2^2): marginally E[k] = E[x_i] = 0.7 and
+    # sd(x_i) = sqrt(4 + 0.7 * 0.3). The sds, the chains' agreement and x's ESS are
+    # checked too: a sampler that mixes badly can still hit the means.
     import arviz as az
 
     with pm.Model():
@@ -250,10 +260,10 @@ def test_compound_step_with_a_discrete_gibbs_step(step):
         x = pm.Normal("x", k * 1.0, 2.0, shape=2)
         steps = [step([x]), pm.BinaryGibbsMetropolis([k])]
         idata = sample(steps, draws=2000, tune=600)
-    for var in ("k", "x"):
-        est = np.atleast_1d(idata.posterior[var].mean(("chain", "draw")).values)
-        mcse = np.atleast_1d(az.mcse(idata, var_names=[var])[var].values)
-        assert np.all(np.abs(est - 0.7) < 4.0 * mcse), (var, est, mcse)
+    assert_moments(idata, "k", 0.7, None)  # a Bernoulli's sd follows from its mean
+    assert_moments(idata, "x", 0.7, np.sqrt(4.21))
+    ess = az.ess(idata, var_names=["x"])["x"].values
+    assert np.all(ess >= COMPOUND_MIN_ESS), ess
 
 
 test_compound_step_with_a_discrete_gibbs_step.ci_entries = {"SurrogateHMC", "KernelHMC", "SparseGridHMC"}

@@ -248,6 +248,52 @@ def test_online_equals_batch(dense):
         assert np.max(np.abs(g_online - g_batch)) < 1e-8 * np.max(np.abs(g_batch))
 
 
+def _joint_with_a_binary_context(seed, n=300):
+    """States (x0, x1, k) of k ~ Bernoulli(0.7), x_i | k ~ N(k, 2^2), and the block's
+    whitening (x's, then k's on its own, as ``BlockContext.training_inputs``)."""
+    rng = np.random.default_rng(seed)
+    k = (rng.uniform(size=n) < 0.7).astype(float)
+    x = k[:, None] + 2.0 * rng.standard_normal((n, 2))
+    whitening = Whitening.block_diagonal(Whitening.from_samples(x, dense=True),
+                                         Whitening.from_samples(k[:, None], dense=False))
+    return np.column_stack([x, k]), whitening
+
+
+def _conditional_sd(surrogate, k, x1):
+    """sd of x0 under exp(-U~(x0, x1, k)) at fixed x1 and k (a grid over x0)."""
+    grid = np.linspace(-9.0, 10.0, 191)
+    u = np.array([surrogate.value_and_grad(np.array([t, x1, k]))[0] for t in grid])
+    w = np.exp(-(u - u.min()))
+    w /= w.sum()
+    return float(np.sqrt(w @ (grid - w @ grid) ** 2))
+
+
+@pytest.mark.parametrize("cls", [KernelExpFamilyLite, KernelExpFamilyFinite])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_score_dims_fit_the_conditional_next_to_a_binary_context(cls, seed):
+    """A compound step's block (x) next to a discrete k: score matching over x alone fits
+    x's conditional (sd 2; measured 2.02-2.17). Over (x, k) as well it chases the
+    states' spikes in k (cross-validation takes the smallest bandwidth) and x's
+    conditional comes out far too narrow (measured sds 0-1.27)."""
+    states, whitening = _joint_with_a_binary_context(seed)
+    x1 = states[:, 1].mean()
+    for score_dims, low, high in ((2, 1.7, 2.4), (None, 0.0, 1.45)):
+        fit = cls(whitening=whitening, random_state=0, score_dims=score_dims).fit(states)
+        for k in (0.0, 1.0):
+            assert low <= _conditional_sd(fit, k, x1) < high, (score_dims, k)
+
+
+def test_online_equals_batch_with_score_dims():
+    states, whitening = _joint_with_a_binary_context(3, n=400)
+    params = dict(n_features=80, sigma=1.5, lam=0.1, whitening=whitening, random_state=1,
+                  score_dims=2)
+    online = KernelExpFamilyFinite(**params).fit(states[:100])
+    for i in range(100, 400, 3):
+        online.partial_fit(states[i : i + 3])
+    batch = KernelExpFamilyFinite(**params).fit(states)
+    np.testing.assert_allclose(online.theta_, batch.theta_, rtol=0, atol=1e-8 * np.abs(batch.theta_).max())
+
+
 def test_online_equals_batch_with_sample_weights():
     rng = np.random.default_rng(4)
     positions = gaussian_draws(rng, 400)
@@ -301,6 +347,8 @@ def test_partial_fit_before_fit_is_fit():
         dict(base_scale="auto"),
         dict(temperature=-1.0),
         dict(n_folds=1),
+        dict(score_dims=0),
+        dict(score_dims=1.5),
     ],
 )
 @pytest.mark.parametrize("cls", [KernelExpFamilyLite, KernelExpFamilyFinite])
