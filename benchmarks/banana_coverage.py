@@ -11,7 +11,7 @@ draws, chains, cores=1, random_seed=seed)`` with the step's default settings (or
     PYTHONPATH=. nice -n 5 python benchmarks/banana_coverage.py --tag baseline
     python benchmarks/banana_coverage.py --samplers SurrogateHMC,KernelHMC --seeds 0-4 --tag x
     python benchmarks/banana_coverage.py --samplers SurrogateHMC \
-        --sampler-kwargs '{"SurrogateHMC": {"metric": "riemannian"}}' --tag y
+        --sampler-kwargs '{"SurrogateHMC": {"kernel": {"metric": "riemannian"}}}' --tag y
 
 Per run (pooled draws; reference by quadrature): ``max_abs_z`` = max over b1, b2 of
 ``|mean - ref mean| / az.mcse(mean)``; ``sd_ratio_i`` = sd / ref sd, ``sd_ok_i`` =
@@ -221,7 +221,7 @@ def main(argv=None):
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--tag", default=f"{_dt.datetime.now():%Y%m%d-%H%M%S}")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR)
-    p.add_argument("--sampler-kwargs", help='JSON, e.g. {"SurrogateHMC": {"metric": "riemannian"}}')
+    p.add_argument("--sampler-kwargs", help='JSON, e.g. {"SurrogateHMC": {"kernel": {"metric": "riemannian"}}}')
     p.add_argument("--executor-threads", type=int, default=0,
                    help="black-box samplers explore in batches on a ThreadPoolExecutor of "
                         "this many threads (issue 36; 0: serially)")

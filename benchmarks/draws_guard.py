@@ -33,8 +33,8 @@ MODELS = {"gauss": lambda: gaussian_model(*correlated_gaussian(3, seed=3)),
           "curved": curved}
 STEPS = {"S": SurrogateHMC, "A": AdaptiveSurrogateHMC, "V": VariationalHMC, "K": KernelHMC,
          "G": SparseGridHMC}
-extra = {"S_riem": (SurrogateHMC, dict(metric="riemannian")),
-         "S_ham": (SurrogateHMC, dict(correction="hamiltonian"))}
+extra = {"S_riem": (SurrogateHMC, dict(kernel=dict(metric="riemannian"))),
+         "S_ham": (SurrogateHMC, dict(kernel=dict(correction="hamiltonian")))}
 jobs = [(m, s, STEPS[s], {}) for m in MODELS for s in STEPS if not (s == "V" and m == "bb")]
 jobs += [("gauss", k, c, kw) for k, (c, kw) in extra.items()]
 out = {}

@@ -95,7 +95,7 @@ def run(name: str, gradient: bool, dim: int, seed: int, tune: int, draws: int,
     row = {"run": name, "model": "gradient" if gradient else "black box", "seed": seed,
            "status": "error", "reasons": ""}
     model, info = make_funnel(dim, gradient=gradient)
-    kwargs = {"metric": metric} if metric else {}
+    kwargs = {"kernel": {"metric": metric}} if metric else {}
     try:
         res = sample_counted(model, info, sampler, pymc_surrogate.STEP_METHODS.get(sampler),
                              draws=draws, tune=tune, chains=chains, seed=seed,

@@ -9,7 +9,7 @@ Examples
 ::
 
     python benchmarks/heavy_tails.py SurrogateHMC
-    python benchmarks/heavy_tails.py SurrogateHMC '{"n_inner": 3}' --seed 1
+    python benchmarks/heavy_tails.py SurrogateHMC '{"kernel": {"n_inner": 3}}' --seed 1
     python benchmarks/heavy_tails.py NUTS            # the reference (PyMC's)
 """
 

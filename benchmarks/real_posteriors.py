@@ -661,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR, help="results directory")
     parser.add_argument("--tag", help="output file stem (default real_posteriors_<timestamp>)")
-    parser.add_argument("--sampler-kwargs", help='JSON, e.g. {"SurrogateHMC": {"n_inner": 3}}')
+    parser.add_argument("--sampler-kwargs", help='JSON, e.g. {"SurrogateHMC": {"kernel": {"n_inner": 3}}}')
     parser.add_argument("--list", action="store_true", help="list posteriors and samplers")
     args = parser.parse_args(argv)
 

@@ -48,7 +48,7 @@ def fit(path: str, tune: int, draws: int, seed: int) -> None:
 
     problem = make_problem("pde", "paper")
     with problem.model:
-        step = pymc_surrogate.STEP_METHODS["SurrogateHMC"](metric="riemannian")
+        step = pymc_surrogate.STEP_METHODS["SurrogateHMC"](kernel={"metric": "riemannian"})
         pm.sample(draws=draws, tune=tune, chains=1, cores=1, step=step, random_seed=seed,
                   progressbar=False, compute_convergence_checks=False)
     chain = step.chain

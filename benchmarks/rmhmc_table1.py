@@ -333,8 +333,8 @@ def run_row(run: str, problem: Problem, *, draws: int, tune: int, chains: int, s
 def _pymc_row(run: str, problem: Problem, draws: int, tune: int, chains: int,
               seed: int) -> dict[str, Any]:
     sampler = "NUTS" if run == "NUTS" else "SurrogateHMC"
-    kwargs = {"RNS-RMHMC": {"metric": "riemannian"},
-              "RNS-RMHMC-diag": {"metric": "riemannian-diagonal"}}.get(run, {})
+    kwargs = {"RNS-RMHMC": {"kernel": {"metric": "riemannian"}},
+              "RNS-RMHMC-diag": {"kernel": {"metric": "riemannian-diagonal"}}}.get(run, {})
     res = sample_counted(problem.model, problem.info, sampler,
                          pymc_surrogate.STEP_METHODS.get(sampler), draws=draws, tune=tune,
                          chains=chains, seed=seed, sampler_kwargs=kwargs, keep_warnings=True)

@@ -21,7 +21,7 @@ with the adjoint gradient on the same posterior (run once, same seed, 4 x (1000 
 ``wall_s``. ``right`` = R-hat <= 1.01 and max_z <= 4. Per chain (where a run went wrong,
 one chain usually did): ``chain_min_ess``, the least bulk ESS of a coordinate in that
 chain alone, and ``longest_rejection_run``, its most draws rejected in a row.
-``--step-kwargs '{"explore_steps": 400}'`` passes settings to the step (a variant to compare);
+``--step-kwargs '{"warmup": {"steps": 400}}'`` passes settings to the step (a variant to compare);
 ``--variant tail_tempering`` patches the step with one of ``benchmarks/line1_variants.py``.
 Output: ``benchmarks/results/shared_store_<tag>.{csv,md}``, rewritten after every run.
 """
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--ref-draws", type=int, default=1000)
     parser.add_argument("--ref-cores", type=int, default=2)
     parser.add_argument("--step-kwargs", default="{}",
-                        help="settings for the step as JSON, e.g. '{\"explore_steps\": 400}'")
+                        help="settings for the step as JSON, e.g. '{\"warmup\": {\"steps\": 400}}'")
     parser.add_argument("--variant", default=None,
                         help="a change of SurrogateHMC to measure (benchmarks/line1_variants.py)")
     parser.add_argument("--tag", default="tune300")

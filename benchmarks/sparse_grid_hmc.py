@@ -45,7 +45,9 @@ from benchmarks.harness import (
     write_results,
 )
 from benchmarks.models import build_model
+from pymc_surrogate import GridBox
 from pymc_surrogate.step_methods.sparse_grid_hmc import SparseGridHMC
+from pymc_surrogate.surrogates import SmolyakGrid
 
 _log = logging.getLogger("benchmarks.sparse_grid_hmc")
 
@@ -96,7 +98,7 @@ def run_cases(draws: int, tune: int, chains: int, seed: int, max_nodes: int, tag
         "command": command or (f"python -m benchmarks.sparse_grid_hmc --tag {tag} --draws {draws} "
                                f"--tune {tune} --chains {chains} --seed {seed} --max-nodes {max_nodes}"),
         "settings": f"draws={draws} tune={tune} chains={chains} cores=1 seed={seed}; "
-                    f"SparseGridHMC(max_nodes={max_nodes}, executor='serial'): its precompute "
+                    f"SparseGridHMC(surrogate=SmolyakGrid(max_nodes={max_nodes}), executor='serial'): its precompute "
                     "is in setup_s and in n_logp/n_grad",
         **environment_meta(),
     }
@@ -112,7 +114,8 @@ def run_cases(draws: int, tune: int, chains: int, seed: int, max_nodes: int, tag
         base = {"chains": chains, "tune": tune, "draws": draws}
         for sampler in names:
             row = _empty_row(case, "default", sampler, ref_source=reference.source, **base)
-            kwargs = dict(GRID, max_nodes=max_nodes, rng=seed) if sampler == "SparseGridHMC" else None
+            kwargs = (dict(GRID, surrogate=SmolyakGrid(max_nodes=max_nodes), rng=seed)
+                      if sampler == "SparseGridHMC" else None)
             _log.info("%s / %s ...", case, sampler)
             try:
                 row.update(run_one(model, info, sampler, samplers[sampler], draws=draws,
@@ -152,13 +155,12 @@ def time_precompute(workers: list[int], max_nodes: int, tag: str, out_dir: Path)
         for n in workers:
             with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
                 start = time.perf_counter()
-                step = SparseGridHMC(bounds=bounds, max_nodes=max_nodes, executor=pool,
-                                     progressbar=False)
+                step = SparseGridHMC(domain=GridBox(bounds=bounds), surrogate=SmolyakGrid(max_nodes=max_nodes), executor=pool, progressbar=False)
                 rows.append({"executor": f"ProcessPoolExecutor({n})", "workers": n,
                              "nodes": step.precompute_["nodes"],
                              "seconds": time.perf_counter() - start})
         start = time.perf_counter()
-        step = SparseGridHMC(bounds=bounds, max_nodes=max_nodes, **GRID)
+        step = SparseGridHMC(domain=GridBox(bounds=bounds), surrogate=SmolyakGrid(max_nodes=max_nodes), **GRID)
         rows.append({"executor": "serial", "workers": 0, "nodes": step.precompute_["nodes"],
                      "seconds": time.perf_counter() - start})
         try:
@@ -171,8 +173,7 @@ def time_precompute(workers: list[int], max_nodes: int, tag: str, out_dir: Path)
                 with distributed.LocalCluster(n_workers=n, threads_per_worker=1) as cluster, \
                         distributed.Client(cluster) as client:
                     start = time.perf_counter()
-                    step = SparseGridHMC(bounds=bounds, max_nodes=max_nodes,
-                                         executor=client.get_executor(), progressbar=False)
+                    step = SparseGridHMC(domain=GridBox(bounds=bounds), surrogate=SmolyakGrid(max_nodes=max_nodes), executor=client.get_executor(), progressbar=False)
                     rows.append({"executor": f"dask LocalCluster({n})", "workers": n,
                                  "nodes": step.precompute_["nodes"],
                                  "seconds": time.perf_counter() - start})

@@ -115,7 +115,7 @@ def main(argv=None):
     seeds = parse_seeds(args.seeds)
     meta = {"command": "benchmarks/sparse_grid_short.py " + " ".join(argv or sys.argv[1:]),
             "package": pymc_surrogate.__file__,
-            "settings": f"SparseGridHMC(max_nodes=1000, executor='serial', rng=seed), "
+            "settings": f"SparseGridHMC(executor='serial', rng=seed), "
                         f"pm.sample(chains=2, tune={args.tune}, draws={args.draws}, cores=1, "
                         "random_seed=seed)",
             "right": "max|z| <= 4 (az.mcse), R-hat <= 1.01, every |sd - ref| <= 3 mcse(sd)",
@@ -136,7 +136,7 @@ def main(argv=None):
             try:
                 run = sample_counted(model, info, "SparseGridHMC", b.SparseGridHMC,
                                      draws=args.draws, tune=args.tune, chains=2, seed=seed,
-                                     sampler_kwargs=dict(b.GRID, max_nodes=1000, rng=seed))
+                                     sampler_kwargs=dict(b.GRID, rng=seed))
                 row.update(measure(run.idata, names, reference))
                 row.update(n_logp=run.timing["n_logp"], n_grad=run.timing["n_grad"],
                            wall_s=run.timing.get("total_s", np.nan))

@@ -30,7 +30,7 @@ Run::
     python examples/elliptic_pde_showcase.py --quick         # tiny, seconds
     python examples/elliptic_pde_showcase.py --samplers SurrogateHMC,NUTS --draws 4000
     python examples/elliptic_pde_showcase.py \\
-        --sampler-kwargs '{"SurrogateHMC": {"target_accept": 0.9, "n_inner": 3}}'
+        --sampler-kwargs '{"SurrogateHMC": {"target_accept": 0.9, "kernel": {"n_inner": 3}}}'
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sampler-kwargs",
         type=json.loads,
         default={},
-        help='JSON per-sampler step arguments, e.g. \'{"SurrogateHMC": {"n_inner": 3}}\'',
+        help='JSON per-sampler step arguments, e.g. \'{"SurrogateHMC": {"kernel": {"n_inner": 3}}}\'',
     )
     p.add_argument("--quick", action="store_true", help="tiny problem and chains (smoke test)")
     p.add_argument(

@@ -7,6 +7,8 @@ corrects with the true model logp, so the chain targets the exact posterior.
 from pymc_surrogate.step_methods import (
     AdaptiveSurrogateHMC,
     EvaluationStore,
+    GridBox,
+    HMCKernel,
     KernelHMC,
     ModelEvaluationError,
     SparseGridHMC,
@@ -14,6 +16,7 @@ from pymc_surrogate.step_methods import (
     SurrogateHMC,
     SurrogateStep,
     VariationalHMC,
+    WarmUp,
 )
 
 __version__ = "0.1.0"
@@ -27,4 +30,4 @@ STEP_METHODS: dict[str, type[SurrogateStep]] = {
     "SparseGridHMC": SparseGridHMC,
 }
 
-__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "KernelHMC", "SparseGridHMC", "SurrogateStep", "ModelEvaluationError", "EvaluationStore", "StoreMismatchError", "STEP_METHODS"]
+__all__ = ["SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC", "KernelHMC", "SparseGridHMC", "SurrogateStep", "ModelEvaluationError", "EvaluationStore", "StoreMismatchError", "STEP_METHODS", "HMCKernel", "WarmUp", "GridBox"]

@@ -359,14 +359,15 @@ def _process_pool():
     lambda: ThreadPoolExecutor(2),
 ], ids=["processes", "threads"])
 def test_sparse_grid_precompute_through_an_executor_matches_the_model(server, executor, tmp_path):
+    from pymc_surrogate import GridBox
     from pymc_surrogate.step_methods.sparse_grid_hmc import SparseGridHMC
+    from pymc_surrogate.surrogates import NaiveGrid
 
     _, _, mean, cov = linear_problem()
     sd = np.sqrt(np.diag(cov))
     before = server.calls()[0]
     with linear_model(model_op(server.url, "linear")) as model, executor() as pool:
-        step = SparseGridHMC(bounds=(mean - 3 * sd, mean + 3 * sd), max_nodes=100, executor=pool,
-                             progressbar=False, save_grid=tmp_path / "grid.npz")
+        step = SparseGridHMC(grid=tmp_path / "grid.npz", domain=GridBox(bounds=(mean - 3 * sd, mean + 3 * sd)), surrogate=NaiveGrid(max_nodes=100), executor=pool, progressbar=False)
         step.precompute()  # the constructor evaluates nothing
         logp = model.compile_logp()
     assert server.calls()[0] - before >= step.precompute_["nodes"] > 50

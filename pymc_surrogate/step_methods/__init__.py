@@ -8,10 +8,11 @@ from pymc_surrogate.step_methods.evaluation.store import (
            StoreMismatchError,
 )
 from pymc_surrogate.step_methods.kernel_hmc import KernelHMC
+from pymc_surrogate.step_methods.settings import GridBox, HMCKernel, WarmUp
 from pymc_surrogate.step_methods.sparse_grid_hmc import SparseGridHMC
 from pymc_surrogate.step_methods.surrogate_hmc import SurrogateHMC
 from pymc_surrogate.step_methods.variational_hmc import VariationalHMC
 
 __all__ = ["SurrogateStep", "SurrogateHMC", "AdaptiveSurrogateHMC", "VariationalHMC",
            "KernelHMC", "SparseGridHMC", "ModelEvaluationError", "EvaluationStore",
-           "StoreMismatchError"]
+           "StoreMismatchError", "HMCKernel", "WarmUp", "GridBox"]

@@ -56,11 +56,13 @@ from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
 from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.step_methods.settings import (
     FINITE_DIFFERENCE,
-    TUNING,
+    HMCKernel,
+    WarmUp,
     block_variables,
     check_settings,
     exploration_executor,
     gradient_setting,
+    part_setting,
     surrogate_setting,
 )
 from pymc_surrogate.step_methods.state import (
@@ -68,6 +70,7 @@ from pymc_surrogate.step_methods.state import (
     FitSchedule,
     SurrogateStepState,
 )
+from pymc_surrogate.step_methods.tuning import TUNING
 from pymc_surrogate.step_methods.warmup.exploration import (
     Exploration,
     ModelAccess,
@@ -107,20 +110,15 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
     #: Where black-box exploration evaluates in batches (``exploration.py``; None: serially).
     explore_executor = None
     explore_tries = 4
-    #: The surrogate kernel's correction and inner transitions (``kernels/surrogate_kernel.py``); the
-    #: step classes set them from their settings before ``SurrogateStep.__init__``.
-    correction = "surrogate_transition"
-    n_inner = 1
     _executor_left_behind = False  # the executor did not travel to this process
     _node_logp_cache = None  # exploration.py: the model as executor workers compile it
 
     def __init__(
-        self, vars=None, *, surrogate=None, target_accept: float = 0.8, path_length: float = 2.8,
-        dense_mass: bool | str = "auto", explore_steps: int | str = "auto",
-        max_energy_error: float = 1000.0, tail_jumps: float | str = "auto",
-        use_gradient: bool | str = "auto", store=None, executor=None, explore_tries: int = 4,
-        model=None, blocked: bool = True, rng=None, initial_point: dict | None = None,
-        compile_kwargs: dict | None = None, **kwargs,
+        self, vars=None, *, surrogate=None, kernel: HMCKernel | None = None,
+        warmup: WarmUp | None = None, target_accept: float = 0.8,
+        tail_jumps: float | str = "auto", use_gradient: bool | str = "auto", store=None,
+        executor=None, model=None, blocked: bool = True, rng=None,
+        initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,
     ):
         owner = type(self).__name__
         refuse_in_a_rerun_script(owner)
@@ -131,8 +129,12 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         use_gradient = gradient_setting(use_gradient, owner, self.learns_from_gradients)
         self.surrogate = surrogate_setting(surrogate, self.surrogate_family,
                                            self.default_surrogate(), owner, kwargs)
-        check_settings(owner, kwargs, target_accept, path_length, max_energy_error,
-                       tail_jumps, explore_steps, dense_mass)
+        kernel = part_setting(kernel, HMCKernel, self.default_kernel, owner, "kernel", kwargs)
+        warmup = part_setting(warmup, WarmUp, WarmUp(), owner, "warmup", kwargs)
+        check_settings(owner, kwargs, target_accept, tail_jumps)
+        self.check_kernel(kernel)
+        self.kernel_settings = kernel
+        self.correction, self.n_inner = kernel.correction, kernel.n_inner
         self._model = model
         self.functions = self._model_functions(model, vars, initial_point, use_gradient,
                                                compile_kwargs)
@@ -146,12 +148,13 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         self.evaluator = Evaluator(self.functions, layout, owner, self.health.warn)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self.target_accept = target_accept
-        self.path_length = path_length
-        self.dense_mass = dense_mass
-        self.max_energy_error = max_energy_error
+        self.path_length = path_length = kernel.path_length
+        self.dense_mass = kernel.dense_mass
+        self.max_energy_error = max_energy_error = kernel.max_energy_error
         self.tails = TailJumps(tail_jumps, self.dim, self.tuning)
         self.kernel = SurrogateKernel(self.correction, self.n_inner, path_length,
                                       target_accept, max_energy_error, self.tuning)
+        explore_steps, explore_tries = warmup.steps, warmup.tries
         self.explore_steps = (
             default_explore_steps(self.functions.has_gradient, self.dim)
             if explore_steps == "auto" else int(explore_steps)
@@ -195,6 +198,18 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             self.dim, self.tuning,
         )
         self.chain = self._new_chain()
+
+    #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).
+    default_kernel = HMCKernel(n_inner=1)
+
+    def check_kernel(self, kernel: HMCKernel) -> None:
+        """Refuse kernel settings this step cannot run (the Euclidean metric only here)."""
+        if kernel.metric != "euclidean":
+            raise ValueError(
+                f"{type(self).__name__} runs its trajectories with a Euclidean metric; "
+                f"HMCKernel(metric={kernel.metric!r}) is SurrogateHMC's and "
+                "AdaptiveSurrogateHMC's."
+            )
 
     def default_surrogate(self):
         """The estimator fitted when ``surrogate=`` is not given (None: no family)."""

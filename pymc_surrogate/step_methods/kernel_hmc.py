@@ -14,8 +14,7 @@ from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.kernel_fit import KernelFit
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
-from pymc_surrogate.step_methods.settings import gradient_setting, inner_setting
+from pymc_surrogate.step_methods.settings import gradient_setting
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.kernel_exp_family import (
     KernelExpFamilyFinite,
@@ -106,10 +105,10 @@ class KernelHMC(KernelFit, SurrogateStep):
         pseudo-marginal random walk's optimum), the chain health checks allow for the
         noise's long rejection runs, no chain falls back to exploration for them; and
         ``use_gradient=True`` is refused.
-    correction, n_inner
-        As ``SurrogateHMC``: ``"surrogate_transition"`` (default; the surrogate's level
-        cancels in it) or ``"hamiltonian"`` (the paper's: one trajectory accepted with the
-        true Hamiltonian).
+    kernel : HMCKernel, optional
+        As ``SurrogateHMC``; default ``HMCKernel(n_inner=1)``. Its correction
+        ``"surrogate_transition"`` (default; the surrogate's level cancels in it) or
+        ``"hamiltonian"`` (the paper's: one trajectory accepted with the true Hamiltonian).
     use_gradient : "auto", True or False
         "auto" (default): ``True`` if the model has a gradient, as the other step methods,
         except with ``pseudo_marginal=True``. ``True``: exact HMC explores before the
@@ -117,9 +116,8 @@ class KernelHMC(KernelFit, SurrogateStep):
         ``False``: the model is a black box whatever it is (DE-MCz explores; on the
         suite's 2-d ridge regression it stayed where it started).
     **kwargs
-        ``target_accept``, ``path_length``, ``dense_mass``, ``explore_steps``, ``store``, ``executor``, ``explore_tries``,
-        ``tail_jumps``, ``max_energy_error``, ``model``, ``rng``, ``initial_point``,
-        ``compile_kwargs``, ``blocked`` as ``SurrogateHMC``.
+        ``warmup``, ``target_accept``, ``tail_jumps``, ``store``, ``executor``, ``model``,
+        ``rng``, ``initial_point``, ``compile_kwargs``, ``blocked`` as ``SurrogateHMC``.
 
     Notes
     -----
@@ -193,8 +191,6 @@ class KernelHMC(KernelFit, SurrogateStep):
         adapt_in_draws: bool = True,
         adaptation_decay: float | str = "auto",
         pseudo_marginal: bool = False,
-        correction: str = "surrogate_transition",
-        n_inner: int | str = 1,
         use_gradient: bool | str = "auto",
         **kwargs,
     ):
@@ -220,8 +216,6 @@ class KernelHMC(KernelFit, SurrogateStep):
                 "adaptation_decay must be 'auto' or lie in (0, 1] so that the adaptation "
                 f"probabilities sum to infinity; got {adaptation_decay!r}."
             )
-        if correction not in CORRECTIONS:
-            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
         if pseudo_marginal and use_gradient is True:
             raise ValueError(
                 "use_gradient=True with pseudo_marginal=True: the gradient of a noisy "
@@ -231,8 +225,6 @@ class KernelHMC(KernelFit, SurrogateStep):
         self.adapt_in_draws = bool(adapt_in_draws)
         self.adaptation_decay = float(adaptation_decay)
         self.pseudo_marginal = bool(pseudo_marginal)
-        self.correction = correction
-        self.n_inner = inner_setting(n_inner)
         self.policy = TrainingPolicy(
             source="chain_states", refit="online" if form == "finite" else "geometric",
             learn_in_draws=self.adapt_in_draws,

@@ -1,5 +1,5 @@
-"""Every setting of the step methods in one place: their checks, their shared vocabulary,
-and the tuning constants.
+"""Every user setting of the step methods in one place: their checks and their shared
+vocabulary. (The tuning constants, which are not settings, are in ``tuning.py``.)
 
 * The step's variables and settings are checked with messages that say the way out
   (``block_variables``, ``check_settings``, ``exploration_executor``).
@@ -9,12 +9,11 @@ and the tuning constants.
   for "choose for me". The spellings of earlier releases (``use_gradient=None``,
   VariationalHMC's ``gradient=``) keep working for one release with a ``FutureWarning``
   that names the new one.
-* ``surrogate=``: the estimator a step fits (``surrogate_setting``), with its settings;
-  the step adds only what it alone knows (the whitening, a random stream).
-* The tuning constants (``Tuning``), each with where its value comes from. Every step
-  reads them as ``self.tuning`` and its parts keep them from construction; a subclass
-  may swap in ``dataclasses.replace(TUNING, ...)``. Why each is what it is:
-  ``docs/design.md``.
+* The settings of a step's parts travel as objects, each checked when it is made:
+  ``surrogate=`` the estimator a step fits (``surrogate_setting``), ``kernel=`` an
+  ``HMCKernel`` (the trajectories on the surrogate and their correction) and ``warmup=``
+  a ``WarmUp`` (the exact exploration before the first fit). A part's setting passed to
+  the step itself is refused with the spelling that works.
 """
 
 from __future__ import annotations
@@ -29,167 +28,197 @@ from pymc.vartypes import continuous_types
 
 from pymc_surrogate.surrogates.base import get_params
 
-__all__ = ["Tuning", "TUNING", "AUTO", "FINITE_DIFFERENCE", "gradient_setting", "inner_setting",
-           "block_variables", "check_settings", "exploration_executor",
-           "surrogate_setting"]
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """Tuning constants of ``SurrogateStep`` and its subclasses (not user parameters)."""
-
-    # --- exploration (exploration.py)
-    #: Exploration's longest path: it only has to reach and cover the typical set.
-    explore_path_length: float = 1.5
-    #: At most this many exact leapfrog steps a trajectory (logistic d = 50: tuning cost
-    #: 3057 -> 1719 evaluations with 32 and early mass updates, same ESS).
-    explore_max_steps: int = 32
-    #: Adapt the exploration mass matrix from PyMC's first window on (same measurement).
-    early_mass_update: bool = True
-    #: Start tune with an L-BFGS climb toward the mode (gradient models only), taken back
-    #: to the iterate with the most Laplace mass (exploration.py, ``_where_the_mass_is``).
-    start_at_mode: bool = True
-    #: Bound of that climb. It does not keep the climb out of a funnel's neck (centred
-    #: eight schools: log tau 1.61 to -13.55 within it); the mass check does.
-    mode_iterations: int = 50
-    #: Then at most this many Newton steps with a finite-difference Hessian ...
-    newton_steps: int = 3
-    #: ... which costs d + 1 gradient evaluations, as does each Hessian of the mass check
-    #: (one when the climb's end stands): both skipped above this dimension, where the
-    #: climb's end is kept unchecked.
-    max_hessian_dim: int = 200
-    #: Share of ``explore_steps`` every chain explores from its own start before it fits on
-    #: the chains' pooled evaluations (sharing.py): a quarter, what each of PyMC's default
-    #: four chains explores when they run at once.
-    own_exploration_share: float = 0.25
-    # --- tuning on the surrogate alone (surrogate_tuning.py)
-    #: The model is evaluated at the chain's states every this many such iterations: about
-    #: 50 solves in the default 1000 tuning iterations (``explore_tries`` times as many,
-    #: at once, when exploration is batched).
-    surrogate_check_interval: int = 20
-    #: Pairs of checked states over which the expected correction acceptance is averaged ...
-    surrogate_check_window: int = 10
-    #: ... below which the chain tunes with exact corrections from then on. That mean is
-    #: at least 0.5 (a move to lower error is always accepted); at 0.6 the surrogate's
-    #: error differs by about 1.6 nats between states. The black-box PDE, whose draws'
-    #: correction accepts 0.72-0.81, stays on the surrogate (0.6 is 3 sd of a 10-pair
-    #: mean below 0.75).
-    surrogate_check_acceptance: float = 0.6
-    # --- the stall fallback (exploration.py, refit.py)
-    #: Surrogate steps over which a stall is judged (black-box PDE: acceptance 0 for the
-    #: rest of tuning after a poor early fit).
-    stuck_window: int = 30
-    #: Acceptance below which the surrogate counts as stuck.
-    stuck_acceptance: float = 0.05
-    #: Share of exact exploration steps in the draws of a chain whose surrogate stalled.
-    stuck_explore_probability: float = 0.25
-    # --- refits (refit.py)
-    #: Refits at iterations growing geometrically by this factor ...
-    refit_growth: float = 1.5
-    #: ... plus this many iterations.
-    refit_offset: int = 50
-    #: True acceptance above which a due refit is postponed (the surrogate is good).
-    good_acceptance: float = 0.9
-    #: A fit whose relative training error is not below this explains less than 36% of
-    #: the targets' variance: unusable (a rough early fit is still worth using).
-    max_training_error: float = 0.8
-    #: The surrogate-sampled scale is trusted within this factor of the chain's estimate.
-    metric_trust: float = 1e3
-    #: ``dense_mass="auto"``: dense when the surrogate draws' correlation matrix is this
-    #: many times worse conditioned than sampling noise alone would make it.
-    dense_correlation_margin: float = 3.0
-    #: ... and the first metric after a fit is dense when the states are so and the
-    #: exploration's Laplace probe's correlation matrix is conditioned beyond this
-    #: (kilpisjarvi's ridge: about 1e5).
-    dense_scale_margin: float = 100.0
-    #: Rounds of (surrogate draws -> mass matrix) after a fit; each costs surrogate
-    #: evaluations only (20-d linear inverse problem, condition number 1e8: min ESS
-    #: 84 -> ? of 300 draws with a second round).
-    metric_rounds: int = 2
-    #: A round's surrogate draws set the metric only if every coordinate's bulk ESS is at
-    #: least this (of max(200, 4 d) draws); else the chain's own scale is kept.
-    min_metric_sample_ess: float = 20.0
-    #: ... drawing up to this many (4x at a time) before giving up: a 20-d Gaussian served
-    #: on a Flat vector (condition 1e5) left tuning with states 0.03-1.4 of the true
-    #: variances; 200 draws from that metric never mixed, and the states' metric stayed.
-    max_metric_samples: int = 3200
-    # --- Hamiltonian correction's path length (kernels/surrogate_kernel.py)
-    #: True acceptance the path length adapts toward.
-    path_target: float = 0.65
-    #: Shortest adapted length, as a fraction of ``path_length``.
-    shortest_path: float = 0.1
-    #: Trial transitions that decide whether the draws get the full path (black-box
-    #: banana: a dual-averaged length over 50 trials stopped at a third of the path).
-    full_length_trials: int = 50
-    # --- surrogate transitions per draw (kernels/surrogate_kernel.py, ``n_inner="auto"``)
-    #: Inner transitions a draw when the tuning's last ``inner_window`` surrogate steps were
-    #: corrected with mean acceptance at least ``good_acceptance``: logistic regression
-    #: N = 1e5, d = 50 (correction acceptance ~1.0), min ESS 247 -> 803 and 394 -> 751 at
-    #: seeds 0 and 1 for the same model evaluations; black-box PDE (acceptance 0.72-0.81)
-    #: worse at 4 of 6 seeds with 3 (solves per ESS median 4.0 -> 5.1), so it keeps 1.
-    inner_transitions: int = 3
-    #: Surrogate steps of tuning over which that acceptance is measured.
-    inner_window: int = 100
-    # --- the draws of a black box (draw_bound.py)
-    #: Predictive sds of a quadratic fit by which SurrogateHMC's draws lower a black box's
-    #: surrogate, which then takes ``inner_transitions`` a draw whatever its acceptance.
-    #: Black-box PDE, tune=300, 4 chains sharing their store, seeds 57-96 (scratch, then
-    #: benchmarks/line1_variants.py): R-hat <= 1.01 and <= 5 solves per min ESS at 39 of
-    #: 40 runs, against 16 of 20 without either (a chain held 40-170 draws in about one
-    #: run in twenty, R-hat 1.010-1.015 in three more); three transitions alone 17 of 20, the
-    #: bound alone at 3 sd 18 of 20.
-    draw_bound_kappa: float = 5.0
-    #: ... and by at most this many times ``sqrt(d / 2)`` nats (the sd of the potential over
-    #: a Gaussian posterior's typical set), a smooth cap. Offline on the final fits: the
-    #: black-box banana's lowered surrogate put 59% of its mass where the posterior density
-    #: is below 1e-6 of its peak uncapped, 2.0% capped (0.3% unlowered); on the black-box
-    #: PDE (d = 20, cap 6.3 nats) the cap changes almost nothing (the longest expected stay
-    #: at a posterior draw, over 40 fits: 62 draws against 57 uncapped and 617 unlowered).
-    #: Measured with it: the banana at 2.97 evaluations per min ESS (6.25 unlowered), the PDE
-    #: line above at 20 of 20 for SurrogateHMC and for Adaptive (seeds 137-156).
-    draw_bound_cap: float = 2.0
-    # --- coverage (coverage.py)
-    #: Temper each surrogate until it covers the posterior. Off by default: measured, it
-    #: fixes a surrogate too narrow everywhere (0.6 of N(0, I)'s sd: right at 6/6 seeds,
-    #: 0/6 without) but not the black-box banana (SurrogateHMC right at 3/10 either way,
-    #: evaluations per min ESS 4.84 -> 6.48), and it broke a chain of AdaptiveSurrogateHMC
-    #: on a Gaussian cut by a log barrier (tests/reliability/test_faults.py: per-chain ESS
-    #: 17 and 5 at T = 2, 1486 and 2302 untempered). docs/design.md, "Coverage".
-    coverage: bool = False
-    #: Pareto k of the weights exp(U~ - U) on the evaluations near the typical set above
-    #: which the surrogate is tempered (on draws of a Gaussian posterior a Gaussian surrogate
-    #: with s times its sd has k = 1/s^2 - 1; the evaluations reach wider, so k is larger).
-    coverage_khat: float = 0.7
-    #: Temperatures tried in turn, the first that brings k to ``coverage_khat`` chosen.
-    coverage_temperatures: tuple = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
-    #: Fewer evaluations than this measure no tail: the surrogate stays at T = 1.
-    coverage_min_points: int = 100
-    #: A black box's surrogate steps in tuning run on ``U~ / T``, ``T = 1 + tune_tempering /
-    #: d``: their proposals, evaluated and kept, reach where the fit is too high (coverage.py).
-    #: The tempered typical set lies about ``(T - 1) d / 2 = tune_tempering / 2`` nats
-    #: above the posterior's, in any dimension. 0: off.
-    tune_tempering: float = 4.0
-    #: ... and refits then come at iterations growing by this factor, so that what the
-    #: tempered steps found is learned while tuning lasts (black-box banana: right at 9
-    #: of 10 seeds with 1.2 and with 1.0, 7 of 10 with ``refit_growth``'s 1.5).
-    tempered_refit_growth: float = 1.2
-    # --- Riemannian surrogate transitions (riemannian.py)
-    #: Riemannian HMC moves on each new surrogate alone that set its step size.
-    riemannian_warm_up: int = 40
-    # --- tail jumps (kernels/tail_jumps.py, core/tail_jumps.py)
-    #: Share of a heavy-tailed chain's draws that are tail jumps.
-    tail_jump_probability: float = 0.2
-    #: True evaluations of the heavy-tail check (100 seeds: t(3) found 87-100%).
-    tail_jump_trials: int = 60
-    #: Jumps accepted less often than this are not worth their evaluations.
-    tail_jump_min_acceptance: float = 0.05
-
-
-TUNING = Tuning()
-
+__all__ = ["AUTO", "FINITE_DIFFERENCE", "CORRECTIONS", "METRICS", "HMCKernel", "WarmUp", "GridBox",
+           "gradient_setting", "inner_setting", "block_variables", "check_settings",
+           "exploration_executor", "surrogate_setting", "part_setting"]
 
 AUTO = "auto"
 FINITE_DIFFERENCE = "finite_difference"
+CORRECTIONS = ("surrogate_transition", "hamiltonian")
+METRICS = ("euclidean", "riemannian", "riemannian-diagonal")
+
+
+@dataclass(frozen=True)
+class HMCKernel:
+    """How a step's trajectories run on the surrogate, and how the true logp corrects them.
+
+    Pass it as ``kernel=`` to any of the step methods, e.g.
+    ``SurrogateHMC(kernel=HMCKernel(n_inner=3, path_length=4.0))``; the settings left out
+    keep the values below, except ``n_inner`` (see there).
+
+    Parameters
+    ----------
+    correction : {"surrogate_transition", "hamiltonian"}
+        ``n_inner`` surrogate HMC transitions then one Metropolis-Hastings test with the
+        true logp that corrects only the surrogate's error (default; Liu 2001 §9.4), or
+        one trajectory accepted with the true Hamiltonian (rns-hmc Algorithm 3), whose
+        length then adapts to the true acceptance in tuning.
+    n_inner : int or "auto"
+        Surrogate transitions per model evaluation (surrogate transition only; they cost
+        no model evaluation). "auto" (default): one in tuning; in the draws three when the
+        true model accepted the surrogate's proposals at least 90% of the time over the
+        last 100 surrogate steps of tuning, or when a black box's draws run on its lowered
+        surrogate (``SurrogateHMC``), else one. Without ``kernel=``, VariationalHMC,
+        KernelHMC and SparseGridHMC take ``n_inner=1``, SurrogateHMC and
+        AdaptiveSurrogateHMC "auto".
+    path_length : float
+        Longest integration time of a trajectory (default 2.8).
+    max_energy_error : float
+        Energy error (nats) of a surrogate trajectory counted as a divergence (default 1000).
+    dense_mass : bool or "auto"
+        Dense mass matrix for the surrogate trajectories; "auto" (default): dense when the
+        surrogate's own draws and the chain's tuning states are strongly correlated
+        (their correlation matrices far worse conditioned than sampling noise makes them).
+    metric : {"euclidean", "riemannian", "riemannian-diagonal"}
+        SurrogateHMC and AdaptiveSurrogateHMC only. "euclidean" (default): HMC with a mass
+        matrix fixed after tuning. "riemannian": RNS-RMHMC (rns-hmc §3.4), Riemannian HMC
+        with the SoftAbs metric of the surrogate's Hessian (Betancourt 2013) and the
+        generalised leapfrog, for curvature that changes across the typical set; no model
+        evaluation more, more surrogate work per step. Needs
+        ``correction="surrogate_transition"`` and all of the model's continuous variables.
+        Experimental: exact (tested), but on a 2-d funnel the fitted network's Hessian has
+        spurious curvature and many inner moves end in an implicit step that does not
+        converge. "riemannian-diagonal": SoftAbs of the Hessian's diagonal only, the
+        cheaper metric of rns-hmc's elliptic PDE (§5.2), blind to correlations.
+    softabs_alpha : float
+        SoftAbs's sharpness: eigenvalues ``lam`` of the Hessian become ``lam coth(alpha
+        lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1), relative
+        to the posterior's own curvature (the moves run in the chain's whitened frame).
+    """
+
+    correction: str = "surrogate_transition"
+    n_inner: int | str = "auto"
+    path_length: float = 2.8
+    max_energy_error: float = 1000.0
+    dense_mass: bool | str = "auto"
+    metric: str = "euclidean"
+    softabs_alpha: float = 1.0
+
+    def __post_init__(self):
+        if self.correction not in CORRECTIONS:
+            raise ValueError(
+                f"HMCKernel: correction must be one of {CORRECTIONS}; got {self.correction!r}.")
+        object.__setattr__(self, "n_inner", inner_setting(self.n_inner))
+        _check_positive("path_length", self.path_length)
+        _check_positive("max_energy_error", self.max_energy_error)
+        if self.dense_mass not in (True, False, AUTO):
+            raise ValueError(
+                f"HMCKernel: dense_mass must be True, False or 'auto'; got {self.dense_mass!r}.")
+        if self.metric not in METRICS:
+            raise ValueError(f"HMCKernel: metric must be one of {METRICS}; got {self.metric!r}.")
+        _check_positive("softabs_alpha", self.softabs_alpha)
+        if self.metric != "euclidean" and self.correction != "surrogate_transition":
+            raise ValueError(
+                f"HMCKernel: metric={self.metric!r} runs with correction='surrogate_transition' "
+                "only: the Hamiltonian correction would need the true model's Riemannian "
+                "Hamiltonian."
+            )
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """The exact exploration that gathers a step's first training data.
+
+    Every chain explores the model exactly (HMC, or DE-MCz without gradients) until the
+    chains that share the store have made ``steps`` exploration iterations together; the
+    first fit comes then. Pass it as ``warmup=``, e.g. ``SurrogateHMC(warmup=WarmUp(steps=500))``.
+
+    Parameters
+    ----------
+    steps : int or "auto"
+        Exploration iterations before the first fit, counted over every chain that shares
+        the store. "auto" (default): 60 with gradients, ``max(300, 30 d)`` without.
+    tries : int
+        With an ``executor`` (black boxes): proposals evaluated at once per exploration
+        iteration, a multiple-try Metropolis step (default 4: about the executor's number
+        of workers).
+    """
+
+    steps: int | str = AUTO
+    tries: int = 4
+
+    def __post_init__(self):
+        if self.steps != AUTO and (
+            isinstance(self.steps, bool) or not isinstance(self.steps, int | np.integer)
+            or self.steps < 0
+        ):
+            raise ValueError(
+                f"WarmUp: steps must be a non-negative integer or 'auto'; got {self.steps!r}.")
+        if isinstance(self.tries, bool) or not (
+            isinstance(self.tries, int | np.integer) and self.tries >= 2
+        ):
+            raise ValueError(f"WarmUp: tries must be an integer >= 2; got {self.tries!r}.")
+
+
+@dataclass(frozen=True, eq=False)
+class GridBox:
+    """SparseGridHMC's domain of interest: the box its grid covers.
+
+    Pass it as ``domain=``, e.g. ``SparseGridHMC(domain=GridBox(bounds=(-3, 3)))``. Without
+    ``bounds`` or ``mean`` and ``cov`` the box is found from the warm-up (see
+    ``SparseGridHMC``), ``k`` sds wide.
+
+    Parameters
+    ----------
+    bounds : (lower, upper), optional
+        An axis-aligned box in the sampler's (unconstrained) space; each a number or one
+        per coordinate.
+    mean, cov : array, optional
+        A box of ``±k`` standard deviations along the principal axes of ``cov`` around
+        ``mean`` (give both or neither).
+    k : float
+        Half-width of the box in standard deviations (default 3), for ``mean`` and ``cov``
+        and for the box found from the warm-up.
+    """
+
+    bounds: tuple | None = None
+    mean: np.ndarray | None = None
+    cov: np.ndarray | None = None
+    k: float = 3.0
+
+    def __post_init__(self):
+        if not (_is_number(self.k) and np.isfinite(self.k) and self.k > 0):
+            raise ValueError(
+                f"GridBox: k must be a positive number of standard deviations; got {self.k!r}.")
+        if (self.mean is None) != (self.cov is None):
+            raise ValueError("GridBox: mean and cov set the box together: give both or neither.")
+        if self.bounds is not None and self.mean is not None:
+            raise ValueError("GridBox: give bounds or mean and cov, not both.")
+
+
+#: The flattened spellings of earlier releases, and the part object each now belongs to.
+_MOVED = {
+    **{name: ("kernel", name) for name in
+       ("correction", "n_inner", "path_length", "max_energy_error", "dense_mass", "metric",
+        "softabs_alpha")},
+    "explore_steps": ("warmup", "steps"),
+    "explore_tries": ("warmup", "tries"),
+    **{name: ("domain", name) for name in ("bounds", "mean", "cov", "k")},
+}
+
+
+def part_setting(value, cls: type, default, owner: str, argument: str, kwargs: dict):
+    """A part's settings object (``kernel=``, ``warmup=``): ``value`` checked against
+    ``cls`` (a dict is taken as its keyword arguments), or ``default``. Any of its settings passed to the step itself (the flattened
+    spelling of earlier releases) is refused with the spelling that works."""
+    moved = [name for name, (arg, _) in _MOVED.items() if arg == argument and name in kwargs]
+    if moved:
+        spelled = ", ".join(f"{_MOVED[name][1]}={kwargs[name]!r}" for name in moved)
+        raise TypeError(
+            f"{owner}: {', '.join(moved)} {'is a setting' if len(moved) == 1 else 'are settings'}"
+            f" of its {argument}: pass {owner}({argument}={cls.__name__}({spelled})) "
+            f"(from pymc_surrogate import {cls.__name__})."
+        )
+    if value is None:
+        return default
+    if isinstance(value, dict):  # a configuration file's or JSON's spelling
+        value = cls(**value)
+    if not isinstance(value, cls):
+        raise TypeError(
+            f"{owner}({argument}=...) takes a {cls.__name__} (from pymc_surrogate import "
+            f"{cls.__name__}); got {type(value).__name__}."
+        )
+    return value
 
 
 def _deprecated(message: str) -> None:
@@ -290,27 +319,16 @@ def block_variables(model, vars, initial_point: dict, owner: str) -> list:
     return vars
 
 
-def check_settings(owner: str, kwargs: dict, target_accept, path_length, max_energy_error,
-                   tail_jumps, explore_steps, dense_mass="auto") -> None:
+def check_settings(owner: str, kwargs: dict, target_accept, tail_jumps) -> None:
     if kwargs:
         raise TypeError(f"Unexpected arguments for {owner}: {sorted(kwargs)}.")
-    if dense_mass not in (True, False, "auto"):
-        raise ValueError(f"dense_mass must be True, False or 'auto'; got {dense_mass!r}.")
     _check_open_unit("target_accept", target_accept)
-    _check_positive("path_length", path_length)
-    _check_positive("max_energy_error", max_energy_error)
     if tail_jumps != "auto" and not (
         _is_number(tail_jumps) and 0 <= tail_jumps < 1
     ):
         raise ValueError(
             "tail_jumps must be 'auto' or a probability in [0, 1) (0 turns them off); "
             f"got {tail_jumps!r}."
-        )
-    if explore_steps != "auto" and (
-        not isinstance(explore_steps, int | np.integer) or explore_steps < 0
-    ):
-        raise ValueError(
-            f"explore_steps must be a non-negative integer or 'auto'; got {explore_steps!r}."
         )
 
 
@@ -337,8 +355,6 @@ def exploration_executor(executor, explore_tries, context_dim: int, owner: str,
     ``map`` (a ``concurrent.futures.Executor``, ``distributed.Client(...).get_executor()``).
     Workers compile the whole model, so the step must sample all of it.
     """
-    if not (isinstance(explore_tries, int | np.integer) and explore_tries >= 2):
-        raise ValueError(f"{owner}: explore_tries must be an integer >= 2; got {explore_tries!r}.")
     if executor in (None, "serial"):
         return None, int(explore_tries)
     if not (hasattr(executor, "submit") or hasattr(executor, "map")):

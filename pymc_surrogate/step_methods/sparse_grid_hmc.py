@@ -21,14 +21,13 @@ from pymc_surrogate.step_methods.grid.precompute import (
     GridPrecomputeError,
     load_grid,
 )
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
-from pymc_surrogate.step_methods.settings import inner_setting
+from pymc_surrogate.step_methods.settings import GridBox, part_setting
 from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["SparseGridHMC", "GridPrecomputeError"]
 
-GRIDS = ("auto", "smolyak", "naive")
 #: Below this acceptance of grid trajectories in late tuning, a chain is told its grid
 #: does not follow the model (measured: a rough potential 0.14-0.16, a banana 0.75).
 POOR_MOVE_RATE = 0.3
@@ -52,48 +51,41 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
     ----------
     vars : list of continuous variables, optional (default: all of the model's)
     grid : str, path or grid, optional
-        An ``.npz`` file written by ``save_grid`` (or ``NaiveGrid.save`` /
-        ``SmolyakGrid.save``), or a fitted grid (``precompute()``'s): reuse its nodes and
-        values, evaluate nothing.
-    save_grid : str or path, optional
-        Write the precomputed grid there.
-    bounds : (lower, upper), optional
-        The domain as an axis-aligned box in the sampler's (unconstrained) space.
-    mean, cov : array, optional
-        The domain as a box of ``±k`` standard deviations along the principal axes of
-        ``cov`` around ``mean``. Default (no ``bounds``, ``mean``/``cov``, ``grid``): from
-        the warm-up's ``explore_steps`` exploration iterations (every chain's in the
-        store): ``±k`` sds along the principal axes of the evaluations within
-        ``d / 2 + 3 sqrt(d / 2)`` of the lowest potential (with a gradient: of the climb's
-        Laplace approximation), wide enough to hold those evaluations; for a black box
-        re-fitted (at most ``MAX_REFITS`` times, a grid each) to ``+-k`` sds of the
-        Laplace approximation of its grid's nodes when their quadratic fits them and the
-        box holds less than ``REFIT_MASS`` of its mass (a random walk's evaluations in
-        d = 20 gave a box of 39% of the posterior's mass); then grown by half its width past each face where the grid's nodes have not risen
+        An ``.npz`` file: reused (nodes and values, no model evaluation) when it exists,
+        else the grid is built as below and saved there; or a fitted grid (``precompute()``'s,
+        ``SmolyakGrid.load``'s). A file that exists brings its own domain: a script run
+        again with the same ``grid=`` and ``domain=`` reuses what the first run built.
+    domain : GridBox, optional
+        The box the grid covers: ``GridBox(bounds=(lower, upper))`` (axis-aligned, in the
+        sampler's unconstrained space) or ``GridBox(mean=..., cov=..., k=3)`` (``±k`` sds
+        along the principal axes of ``cov``). Default: found from the warm-up's
+        exploration iterations (every chain's in the store): ``±k`` sds along the
+        principal axes of the evaluations within ``d / 2 + 3 sqrt(d / 2)`` of the lowest
+        potential (with a gradient: of the climb's Laplace approximation), wide enough to
+        hold those evaluations; for a black box re-fitted (at most ``MAX_REFITS`` times, a
+        grid each) to ``±k`` sds of the Laplace approximation of its grid's nodes when
+        their quadratic fits them and the box holds less than ``REFIT_MASS`` of its mass
+        (a random walk's evaluations in d = 20 gave a box of 39% of the posterior's mass);
+        then grown by half its width past each face where the grid's nodes have not risen
         ``k^2 / 4`` above the lowest (at most ``MAX_GROWTH`` times, a grid each): the
         Laplace box of §3.5 missed the banana's arms (§6).
-    k : float
-        Half-width of the box in standard deviations (default 3).
-    kind : {"auto", "smolyak", "naive"}
-        "auto": the full grid for ``d <= 2``, the sparse grid beyond.
-    level : int or "auto"
-        Smolyak level (or, for the naive grid, points per dimension); "auto": the finest
-        within ``max_nodes``.
-    max_nodes : int
-        Budget of model evaluations for the grid (default 1000): a finer level raises.
-    executor : "auto", "process", "serial", None or an Executor
+    surrogate : SmolyakGrid or NaiveGrid, optional
+        The grid, with its settings: ``SmolyakGrid(level=..., max_nodes=...)`` (a sparse
+        grid; "auto" level: the finest within ``max_nodes``, a finer one raises) or
+        ``NaiveGrid(points_per_dim=..., max_nodes=...)`` (a full grid). Default: the full
+        grid for ``d <= 2``, the sparse one beyond, within 1000 model evaluations. The step
+        sets its transform (the box's principal axes).
+    executor : "auto", "process", int, "serial", None or an Executor
         Where the node evaluations run. "auto" (default): "process" when the grid would take
         more than ``PARALLEL_AFTER`` seconds (10) in this process, judged from one timed
         logp, else "serial" (starting worker processes costs seconds: a cheap model is
-        faster here). "process": a ``ProcessPoolExecutor`` of ``max_workers`` processes
-        (spawn: a script must keep its sampling under ``if __name__ == "__main__":``, and
-        a worker that would re-run an unguarded script stops and says so), created and
-        shut down here; "serial" or None: in this process; or any
-        object with ``submit`` (or ``map``), e.g.
+        faster here). "process": a ``ProcessPoolExecutor`` of as many processes as CPUs,
+        an integer: of that many (spawn: a script must keep its sampling under
+        ``if __name__ == "__main__":``, and a worker that would re-run an unguarded script
+        stops and says so), created and shut down here; "serial" or None: in this
+        process; or any object with ``submit`` (or ``map``), e.g.
         ``distributed.Client(...).get_executor()``. Remote evaluation pickles the model
         (cloudpickle); a failed node is retried once, then reported with its coordinates.
-    max_workers : int, optional
-        Processes of the default executor (default: the CPU count).
     progressbar : bool or "auto"
         Show the precompute's progress. "auto" (default): when the grid would take more than
         ``PARALLEL_AFTER`` seconds (10) in this process, judged from one timed logp.
@@ -103,14 +95,14 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         paper's GHMC-complete (§5): after tuning, the acceptance uses the interpolated
         energy inside the domain (the true one outside); the draws follow
         ``exp(-U~)``, not the model (a warning, and the stat ``approximate``).
-    correction, n_inner
-        The exact correction (``SurrogateHMC``): ``"surrogate_transition"`` (default) or
-        ``"hamiltonian"``, the paper's Algorithm 3 (one trajectory accepted with the true
+    kernel : HMCKernel, optional
+        As ``SurrogateHMC``; default ``HMCKernel(n_inner=1)``. Its correction
+        ``"hamiltonian"`` is the paper's Algorithm 3 (one trajectory accepted with the true
         Hamiltonian).
     **kwargs
-        Everything ``SurrogateHMC`` takes: ``target_accept``, ``path_length``,
-        ``dense_mass``, ``explore_steps``, ``store``, ``max_energy_error``, ``use_gradient``,
-        ``model``, ``rng``, ``initial_point``, ``compile_kwargs``, ``blocked``.
+        Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``, ``tail_jumps``,
+        ``store``, ``use_gradient``, ``model``, ``rng``, ``initial_point``,
+        ``compile_kwargs``, ``blocked``.
 
     Notes
     -----
@@ -137,9 +129,9 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
 
     Examples
     --------
-    >>> step = SparseGridHMC(max_nodes=500, save_grid="grid.npz")  # inside a model context
-    >>> idata = pm.sample(step=step, tune=1000)  # the grid is built after the warm-up
-    >>> step = SparseGridHMC(grid="grid.npz")  # later: no model evaluation before sampling
+    >>> step = SparseGridHMC(grid="grid.npz")  # inside a model context
+    >>> idata = pm.sample(step=step, tune=1000)  # the grid is built after the warm-up, saved
+    >>> step = SparseGridHMC(grid="grid.npz")  # later: reused, no model evaluation for it
     """
 
     name = "sparse_grid_hmc"
@@ -152,69 +144,57 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         "in_domain": (bool, []),
     }
 
+    surrogate_family = (SmolyakGrid, NaiveGrid)
+
     def __init__(
         self,
         vars=None,
         *,
         grid=None,
-        save_grid=None,
-        bounds=None,
-        mean=None,
-        cov=None,
-        k: float = 3.0,
-        kind: str = "auto",
-        level: int | str = "auto",
-        max_nodes: int = 1000,
+        domain: GridBox | None = None,
         executor="auto",
-        max_workers: int | None = None,
         progressbar: bool | str = "auto",
         exact: bool = True,
-        correction: str = "surrogate_transition",
-        n_inner: int | str = 1,
         **kwargs,
     ):
+        owner = type(self).__name__
         if not isinstance(exact, bool | np.bool_):
             raise ValueError(f"exact must be True or False; got {exact!r}.")
-        if correction not in CORRECTIONS:
-            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
-        if kind not in GRIDS:
-            raise ValueError(f"kind must be one of {GRIDS}; got {kind!r}.")
-        if not (np.isscalar(k) and np.isfinite(k) and k > 0):
-            raise ValueError(f"k must be a positive number of standard deviations; got {k!r}.")
-        if not isinstance(max_nodes, int | np.integer) or max_nodes < 1:
-            raise ValueError(f"max_nodes must be a positive integer; got {max_nodes!r}.")
-        if level != "auto" and (not isinstance(level, int | np.integer) or level < 0):
-            raise ValueError(f"level must be a non-negative integer or 'auto'; got {level!r}.")
+        for flat, spelled in (("kind", "surrogate=SmolyakGrid() or surrogate=NaiveGrid()"),
+                              ("save_grid", "grid='file.npz' (built and saved there when "
+                               "the file does not exist, reused when it does)"),
+                              ("max_workers", "executor=<number of worker processes>")):
+            if flat in kwargs:
+                raise TypeError(f"{owner}: {flat} is gone: pass {spelled}.")
+        domain = part_setting(domain, GridBox, GridBox(), owner, "domain", kwargs)
         if not (progressbar == "auto" or isinstance(progressbar, bool | np.bool_)):
             raise ValueError(f"progressbar must be True, False or 'auto'; got {progressbar!r}.")
-        if max_workers is not None and (not isinstance(max_workers, int | np.integer) or max_workers < 1):
-            raise ValueError(f"max_workers must be None or a positive integer; got {max_workers!r}.")
+        self.max_workers = None
+        if isinstance(executor, int | np.integer) and not isinstance(executor, bool):
+            if executor < 1:
+                raise ValueError(f"executor as a number of worker processes must be at least "
+                                 f"1; got {executor!r}.")
+            executor, self.max_workers = "process", int(executor)
         if not (executor in SERIAL or executor in ("auto", "process")
                 or hasattr(executor, "submit") or hasattr(executor, "map")):
             raise ValueError(
-                "executor must be 'auto', 'process', 'serial', None, or an object with submit or map "
-                f"(a concurrent.futures.Executor, a Dask client's get_executor()); got {executor!r}."
+                "executor must be 'auto', 'process', a number of worker processes, 'serial', "
+                "None, or an object with submit or map (a concurrent.futures.Executor, a Dask "
+                f"client's get_executor()); got {executor!r}."
             )
-        given = [name for name, value in (("grid", grid), ("bounds", bounds)) if value is not None]
-        if (mean is None) != (cov is None):
-            raise ValueError("mean and cov set the domain together: give both or neither.")
-        if mean is not None:
-            given.append("mean/cov")
-        if len(given) > 1:
-            raise ValueError(f"give at most one of grid, bounds and mean/cov; got {given}.")
+        self._save_grid = None
+        if isinstance(grid, str | os.PathLike) and not os.path.exists(grid):
+            grid, self._save_grid = None, grid  # built, then saved there
+        if (grid is not None and not isinstance(grid, str | os.PathLike)
+                and (domain.bounds is not None or domain.mean is not None)):
+            raise ValueError("give a grid or the domain it is to cover, not both (a grid "
+                             "brings its own domain).")
         self.exact = bool(exact)
-        self.correction = correction
-        self.n_inner = inner_setting(n_inner)
-        self.k = float(k)
-        self.kind = kind
-        self.level = level
-        self.max_nodes = int(max_nodes)
+        self.k = float(domain.k)
         self.executor = executor
-        self.max_workers = max_workers
         self.progressbar = progressbar
         self.grid_ = None
-        self._save_grid = save_grid
-        self._start_at_centre = grid is None and bounds is None
+        self._start_at_centre = grid is None and domain.bounds is None
         if not self.exact:
             kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
         super().__init__(vars, **kwargs)
@@ -229,14 +209,12 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
             )
         # No model evaluation here: the grid is built at first use (``_refit``,
         # ``_current_point``) or by ``precompute()``.
-        self._domain_given = self._given_domain(bounds, mean, cov)
+        self._domain_given = self._given_domain(domain.bounds, domain.mean, domain.cov)
         self._check_grid_settings()
         if grid is not None:
             self.grid_ = load_grid(grid, self.dim)
             self.precompute_ = {"nodes": self.grid_.n_nodes_, "model_evals": 0, "seconds": 0.0,
                                 "retried": 0, "loaded": str(grid) if isinstance(grid, str | os.PathLike) else type(grid).__name__}
-            if save_grid is not None:
-                self.precompute_["saved"] = self.grid_.save(save_grid)
             self._box_gaussian()
             self.chain = self._new_chain()
         if not self.exact:
@@ -249,6 +227,10 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
                 UserWarning,
                 stacklevel=2,
             )
+
+    def default_surrogate(self):
+        """None: the grid's kind follows the dimension (``GridPrecompute._make_grid``)."""
+        return None
 
     # ------------------------------------------------------------ the chain
     def _new_chain(self) -> ChainState:
@@ -366,7 +348,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
                     f"where a black box has no model of the posterior: "
                     f"{self.exploration.probability:.0%} of its draws use the exact gradient-free "
                     "exploration kernel (stat `fallback`), which is correct but mixes slowly. "
-                    "Widen the box (a larger k, or bounds= / mean= and cov= that cover the "
+                    "Widen the box (domain=GridBox(k=...) with a larger k, or GridBox(bounds=...) "
+                    "/ GridBox(mean=..., cov=...) that cover the "
                     "posterior).",
                 )
         if not self.exact:

@@ -7,11 +7,9 @@ from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.kernels.riemannian import (
     RIEMANNIAN_STATS,
     RiemannianKernel,
-    check_metric_settings,
     riemannian_stats,
 )
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
-from pymc_surrogate.step_methods.settings import inner_setting
+from pymc_surrogate.step_methods.settings import HMCKernel
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -32,48 +30,29 @@ class SurrogateHMC(SurrogateStep):
     Parameters
     ----------
     vars : list of continuous variables, optional (default: all of the model's)
-    correction : {"surrogate_transition", "hamiltonian"}
-        ``n_inner`` surrogate HMC transitions then one test with the true logp (default),
-        or one trajectory accepted with the true Hamiltonian (the paper's).
-    n_inner : int or "auto"
-        Surrogate HMC transitions per draw with the surrogate transition (they cost no
-        model evaluation). "auto": one in tuning; in the draws three when the true model
-        accepted the surrogate's proposals at least 90% of the time over the last 100
-        surrogate steps of tuning (a good surrogate: more movement per evaluation), or
-        for a black box (below), else one (where many are rejected, a longer inner run is
-        thrown away more often).
     surrogate : RandomNetworkSurrogate, optional
         The random network fitted to the model's values and gradients, with its settings
         (hidden nodes, activation, quadratic base, ridge penalty, sizes): e.g.
         ``surrogate=RandomNetworkSurrogate(n_hidden=200)``. Its defaults by default. Each
         fit is a new copy in the chain's whitened coordinates; the step also sets its
         ``random_state`` and ``max_training_error``.
-    metric : {"euclidean", "riemannian", "riemannian-diagonal"}
-        "euclidean" (default): the surrogate transitions run HMC with a mass matrix fixed
-        after tuning. "riemannian": RNS-RMHMC (rns-hmc §3.4), Riemannian HMC with the
-        SoftAbs metric of the surrogate's Hessian (Betancourt 2013) and the generalised
-        leapfrog, meant for posteriors whose curvature changes across the typical set
-        (funnels, curved ridges); no model evaluation more, more surrogate work per step.
-        Needs ``correction="surrogate_transition"`` and all of the model's continuous
-        variables. Experimental: exact (tested), but on a 2-d funnel the fitted
-        network's Hessian has spurious curvature and many inner moves end in an implicit
-        step that does not converge (docs/design.md, "RNS-RMHMC").
-        Stats ``riemannian``, ``fixed_point_iterations`` (Newton iterations of the
-        implicit half-steps, per leapfrog step), ``implicit_failures`` (inner moves ended
-        by an implicit step that did not converge: divergences, never accepted).
-        "riemannian-diagonal": the same with SoftAbs of the Hessian's diagonal only, the
-        cheaper metric rns-hmc used on its elliptic PDE (§5.2): no eigendecomposition,
-        blind to correlations.
-    softabs_alpha : float
-        SoftAbs's sharpness: eigenvalues ``lam`` of the Hessian become ``lam coth(alpha
-        lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1). The moves
-        run in the chain's whitened coordinates (the posterior scale of the last fit), so
-        the floor ``1 / alpha`` is relative to the posterior's own curvature.
-    target_accept, path_length : float
-        Step-size target (HMC on the surrogate alone); longest integration time.
-    explore_steps : int or "auto"
-        Exploration iterations before the first fit (60 with gradients,
-        ``max(300, 30 d)``), counted over every chain that shares the store.
+    kernel : HMCKernel, optional
+        The trajectories on the surrogate and their correction with the true logp
+        (``correction``, ``n_inner``, ``path_length``, ``max_energy_error``, ``dense_mass``,
+        and the Riemannian ``metric``, RNS-RMHMC of rns-hmc §3.4): e.g.
+        ``kernel=HMCKernel(n_inner=3)``. Default ``HMCKernel()``: surrogate transitions
+        with ``n_inner="auto"``. With ``metric="riemannian"`` the stats
+        ``riemannian``, ``fixed_point_iterations`` (Newton iterations of the implicit
+        half-steps, per leapfrog step) and ``implicit_failures`` (inner moves ended by an
+        implicit step that did not converge: divergences, never accepted) say how the
+        moves went.
+    warmup : WarmUp, optional
+        The exact exploration before the first fit: ``steps`` iterations (60 with
+        gradients, ``max(300, 30 d)`` without, by default) counted over every chain that
+        shares the store, and with an ``executor`` the ``tries`` proposals evaluated at
+        once.
+    target_accept : float
+        Step-size target of HMC on the surrogate alone (default 0.8).
     store : None, path, EvaluationStore or False
         Where every model evaluation goes, from every chain. ``None`` (default): a
         temporary store shared by the chains that run in this process (``cores=1``): in
@@ -94,25 +73,16 @@ class SurrogateHMC(SurrogateStep):
         call at a time. An executor (``distributed.Client(...).get_executor()``, a
         ``ThreadPoolExecutor`` for a model served over HTTP, a ``ProcessPoolExecutor``):
         each exploration iteration is a multiple-try Metropolis step (Liu, Liang & Wong
-        2000) whose ``explore_tries`` proposals, then ``explore_tries - 1`` reference
-        points, are evaluated at once; exact, and ``explore_steps`` counts its model calls,
-        so the first fit comes ``(2 explore_tries - 1) / 2`` times sooner in wall-clock.
+        2000) whose ``tries`` proposals (``WarmUp``), then ``tries - 1`` reference
+        points, are evaluated at once; exact, and the warm-up's ``steps`` count its model
+        calls, so the first fit comes ``(2 tries - 1) / 2`` times sooner in wall-clock.
         After it, tuning moves on the surrogate alone and evaluates the chain's last
-        ``explore_tries`` states at once every 20 iterations (exact tuning where those
+        ``tries`` states at once every 20 iterations (exact tuning where those
         checks find the surrogate poor). Workers compile the whole model: the step must sample all of it. The executor
         stays in this process: with ``cores > 1`` the chains explore one call at a time
         (and say so).
-    explore_tries : int
-        Proposals evaluated at once per exploration iteration with an executor (default
-        4): about the executor's number of workers.
     tail_jumps : "auto" or float
         Share of draws that are independence Cauchy proposals; "auto" checks the tails.
-    dense_mass : bool or "auto", default "auto"
-        Dense mass matrix for the surrogate trajectories; "auto": dense when the
-        surrogate's own draws and the chain's tuning states are strongly correlated
-        (their correlation matrices far worse conditioned than sampling noise makes them).
-    max_energy_error : float
-        Energy error (nats) of a surrogate trajectory counted as a divergence.
     use_gradient : "auto", True or False
         "auto" (default): the model's gradient where it has one; ``False`` treats the
         model as a black box (logp only); ``True`` requires the gradient.
@@ -151,32 +121,25 @@ class SurrogateHMC(SurrogateStep):
     surrogate_family = (RandomNetworkSurrogate,)
     stats_dtypes_shapes = {**_stats.STATS, **RIEMANNIAN_STATS}
 
-    def __init__(
-        self,
-        vars=None,
-        *,
-        correction: str = "surrogate_transition",
-        n_inner: int | str = "auto",
-        metric: str = "euclidean",
-        softabs_alpha: float = 1.0,
-        **kwargs,
-    ):
-        check_metric_settings(metric, softabs_alpha)
-        self.riemannian = (None if metric == "euclidean"
-                           else RiemannianKernel(metric, softabs_alpha, self.tuning))
-        if correction not in CORRECTIONS:
-            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
-        self.correction = correction
-        self.n_inner = inner_setting(n_inner)
+    default_kernel = HMCKernel()
+
+    def __init__(self, vars=None, **kwargs):
         super().__init__(vars, **kwargs)
-        if self.riemannian is not None:
-            self.riemannian.check(self.correction, self.context.dim)
+        kernel = self.kernel_settings
+        if kernel.metric != "euclidean":
+            self.riemannian = RiemannianKernel(kernel.metric, kernel.softabs_alpha, self.tuning)
+            self.riemannian.check(self.context.dim)
+
+    riemannian = None  # the Riemannian moves (``HMCKernel(metric="riemannian")``)
+
+    def check_kernel(self, kernel: HMCKernel) -> None:
+        """Every metric runs here (``kernels/riemannian.py``)."""
 
     @property
     def lowers_black_box_draws(self) -> bool:
         """Euclidean draws only (draw_bound.py): the Riemannian moves run on the
         surrogate's own derivatives (``RiemannianKernel.field``)."""
-        return self.riemannian is None
+        return self.kernel_settings.metric == "euclidean"
 
     def _surrogate_step(self, chain, current, record: bool = True):
         if self.riemannian is None:

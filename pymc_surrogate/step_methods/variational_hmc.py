@@ -16,8 +16,7 @@ from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import CORRECTIONS
-from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE, inner_setting
+from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.score_network import (
     FULL_QUADRATIC_DIM,
@@ -72,12 +71,13 @@ class VariationalHMC(SurrogateStep):
     stop_error : float, optional
         Stop learning earlier, once the running relative score error of new points,
         measured before they are learnt, falls below this (e.g. 0.01).
-    correction, n_inner
-        As ``SurrogateHMC``: the correction and its inner transitions.
+    kernel : HMCKernel, optional
+        As ``SurrogateHMC``: the trajectories on the surrogate and their correction;
+        default ``HMCKernel(n_inner=1)``.
     **kwargs
-        Everything ``SurrogateHMC`` takes: ``target_accept``, ``path_length``,
-        ``dense_mass``, ``explore_steps``, ``store``, ``executor``, ``explore_tries``, ``max_energy_error``, ``model``, ``rng``,
-        ``initial_point``, ``compile_kwargs``, ``blocked``.
+        Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``, ``tail_jumps``,
+        ``store``, ``executor``, ``model``, ``rng``, ``initial_point``, ``compile_kwargs``,
+        ``blocked``.
 
     Notes
     -----
@@ -120,8 +120,6 @@ class VariationalHMC(SurrogateStep):
         exact: bool = True,
         t0: int | str = "tune",
         stop_error: float | None = None,
-        correction: str = "surrogate_transition",
-        n_inner: int | str = 1,
         **kwargs,
     ):
         if not isinstance(exact, bool | np.bool_):
@@ -134,8 +132,6 @@ class VariationalHMC(SurrogateStep):
                 f"VariationalHMC(gradient={gradient!r}) is deprecated: use use_gradient="
                 f"{'auto' if gradient == 'model' else FINITE_DIFFERENCE!r}. The old spelling "
                 "will be removed in the next release.", FutureWarning, stacklevel=2)
-        if correction not in CORRECTIONS:
-            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}.")
         if t0 != "tune" and (not isinstance(t0, int | np.integer) or t0 < 1):
             raise ValueError(f"t0 must be 'tune' or a positive number of tuning iterations; got {t0!r}.")
         if stop_error is not None and not (np.isscalar(stop_error) and 0 < stop_error < 1):
@@ -143,8 +139,6 @@ class VariationalHMC(SurrogateStep):
         self.exact = bool(exact)
         # the old gradient="finite_difference": differences only where PyTensor has no gradient
         self._difference_if_needed = gradient == FINITE_DIFFERENCE
-        self.correction = correction
-        self.n_inner = inner_setting(n_inner)
         self.t0 = t0
         self.stop_error = stop_error
         if not self.exact:

@@ -10,6 +10,7 @@ from pymc_surrogate.surrogates.kernel_finite import KernelExpFamilyFinite
 from pymc_surrogate.surrogates.kernel_lite import KernelExpFamilyLite
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.score_network import ScoreNetworkSurrogate
+from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = [
@@ -21,5 +22,7 @@ __all__ = [
     "ScoreNetworkSurrogate",
     "KernelExpFamilyLite",
     "KernelExpFamilyFinite",
+    "SmolyakGrid",
+    "NaiveGrid",
     "Whitening",
 ]

@@ -76,7 +76,7 @@ def test_quick_showcase_writes_table_and_plots(showcase, tmp_path, capsys):
 def test_sampler_subset_and_kwargs(showcase, tmp_path):
     out = showcase.main([
         "--quick", "--samplers", "SurrogateHMC,DEMetropolisZ", "--draws", "60", "--tune", "350",
-        "--sampler-kwargs", '{"SurrogateHMC": {"n_inner": 2}}',
+        "--sampler-kwargs", '{"SurrogateHMC": {"kernel": {"n_inner": 2}}}',
         "--iterations", '{"DEMetropolisZ": {"tune": 100, "draws": 80}}',
         "--out", str(tmp_path),
     ])

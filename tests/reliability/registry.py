@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pymc_surrogate
-from pymc_surrogate import STEP_METHODS, SurrogateHMC
+from pymc_surrogate import STEP_METHODS, HMCKernel, SurrogateHMC
 
 __all__ = [
     "StepEntry",
@@ -54,7 +54,8 @@ STEPS: list[StepEntry] = [StepEntry(name, cls) for name, cls in STEP_METHODS.ite
 
 #: Non-default settings that must be exact too (exactness and SBC only).
 VARIANTS: list[StepEntry] = [
-    StepEntry("SurrogateHMC[hamiltonian]", SurrogateHMC, {"correction": "hamiltonian"}),
+    StepEntry("SurrogateHMC[hamiltonian]", SurrogateHMC,
+              {"kernel": HMCKernel(correction="hamiltonian")}),
     # Tail jumps in every draw's mixture, not only where the heavy-tail check asks for them
     StepEntry("SurrogateHMC[tail_jumps]", SurrogateHMC, {"tail_jumps": 0.2}),
 ]

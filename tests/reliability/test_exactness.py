@@ -5,7 +5,7 @@ ESS and combined over chains (``helpers.check_moments``), the multiple set by a 
 bound over the comparisons a test makes (family-wise false-alarm rate 1e-3); the chains'
 means and sds must also agree (a chi-square test with a fixed limit). Runs once per entry of
 ``registry.EXACTNESS_STEPS`` (every step method with its default settings, plus variants
-such as ``SurrogateHMC(correction="hamiltonian")``).
+such as ``SurrogateHMC(kernel=HMCKernel(correction="hamiltonian"))``).
 """
 
 from __future__ import annotations

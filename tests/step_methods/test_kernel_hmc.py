@@ -246,10 +246,10 @@ def test_short_tune_falls_back_to_the_random_walk_without_crashing():
     [
         ({"adaptation_decay": 0.0}, "adaptation_decay"),
         ({"adaptation_decay": 1.5}, "adaptation_decay"),
-        ({"n_inner": 0}, "n_inner"),
+        ({"kernel": {"n_inner": 0}}, "n_inner"),
         ({"temperature": 0.5}, "temperature"),
         ({"temperature": "hot"}, "temperature"),
-        ({"correction": "none"}, "correction"),
+        ({"kernel": {"correction": "none"}}, "correction"),
         ({"pseudo_marginal": "yes"}, "pseudo_marginal"),
         ({"adapt_in_draws": None}, "adapt_in_draws"),
         ({"pseudo_marginal": True, "use_gradient": True}, "use_gradient"),

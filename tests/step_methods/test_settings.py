@@ -5,6 +5,7 @@ one release, with a FutureWarning that names the new one."""
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 
 import pymc as pm
@@ -12,14 +13,17 @@ import pytest
 
 from pymc_surrogate import (
     STEP_METHODS,
+    HMCKernel,
     KernelHMC,
     SparseGridHMC,
     SurrogateHMC,
     VariationalHMC,
+    WarmUp,
 )
 from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE
 from pymc_surrogate.surrogates import (
     KernelExpFamilyLite,
+    NaiveGrid,
     RandomNetworkSurrogate,
     Whitening,
 )
@@ -27,10 +31,6 @@ from tests.reliability.registry import init_parameters
 
 #: Shared parameters whose defaults differ on purpose, and why.
 DIFFERENT_DEFAULTS = {
-    # "auto" was measured for the random-network steps (logistic regression d = 50: min ESS
-    # x2-3 for the same evaluations); the other three keep 1 until it is measured for them.
-    "n_inner": {"SurrogateHMC": "auto", "AdaptiveSurrogateHMC": "auto", "VariationalHMC": 1,
-                "KernelHMC": 1, "SparseGridHMC": 1},
     # SparseGridHMC's executor evaluates its grid before sampling ("auto": in processes past
     # 10 s of serial evaluation); the others' batch black-box exploration, serial unless given
     "executor": {"SurrogateHMC": None, "AdaptiveSurrogateHMC": None, "VariationalHMC": None,
@@ -41,9 +41,9 @@ DIFFERENT_DEFAULTS = {
 
 #: The old spellings of "choose for me" (``None``) are gone from every signature; what
 #: ``None`` still means is "not given" or "off".
-NONE_MEANS_NOT_GIVEN = {"model", "rng", "initial_point", "compile_kwargs", "grid", "save_grid",
-                        "bounds", "mean", "cov", "max_workers", "stop_error", "surrogate",
-                        "store", "executor"}
+NONE_MEANS_NOT_GIVEN = {"model", "rng", "initial_point", "compile_kwargs", "grid", "domain",
+                        "stop_error", "surrogate",
+                        "store", "executor", "kernel", "warmup"}
 
 
 def _signatures() -> dict[str, dict[str, inspect.Parameter]]:
@@ -67,10 +67,47 @@ def test_a_shared_setting_has_one_default_unless_its_difference_is_explained():
 def test_every_step_takes_the_shared_settings_of_the_skeleton():
     signatures = _signatures()
     common = set.intersection(*(set(params) for params in signatures.values()))
-    for name in ("use_gradient", "n_inner", "correction", "target_accept", "path_length",
-                 "dense_mass", "explore_steps", "tail_jumps", "max_energy_error", "model",
-                 "rng", "initial_point", "compile_kwargs", "blocked"):
+    for name in ("use_gradient", "kernel", "warmup", "target_accept", "tail_jumps", "store",
+                 "model", "rng", "initial_point", "compile_kwargs", "blocked"):
         assert name in common, name
+
+
+#: The kernels' ``n_inner`` without ``kernel=``: "auto" was measured for the random-network
+#: steps (logistic regression d = 50: min ESS x2-3 for the same evaluations); the other
+#: three keep 1 until it is measured for them.
+DEFAULT_INNER = {"SurrogateHMC": "auto", "AdaptiveSurrogateHMC": "auto", "VariationalHMC": 1,
+                 "KernelHMC": 1, "SparseGridHMC": 1}
+
+
+def test_each_default_kernel_is_the_documented_one():
+    for name, cls in STEP_METHODS.items():
+        assert cls.default_kernel == HMCKernel(n_inner=DEFAULT_INNER[name]), name
+
+
+@pytest.mark.parametrize("name", sorted(STEP_METHODS))
+@pytest.mark.parametrize("flat, spelled", [
+    (dict(n_inner=3), "kernel=HMCKernel(n_inner=3)"),
+    (dict(path_length=4.0, dense_mass=True), "kernel=HMCKernel(path_length=4.0, dense_mass=True)"),
+    (dict(explore_steps=500), "warmup=WarmUp(steps=500)"),
+    (dict(explore_tries=8), "warmup=WarmUp(tries=8)"),
+])
+def test_a_kernel_or_warm_up_setting_given_flat_is_refused_with_the_spelling_that_works(
+        name, flat, spelled):
+    with _model():
+        with pytest.raises(TypeError, match=re.escape(f"pass {name}({spelled})")):
+            STEP_METHODS[name](**flat)
+
+
+@pytest.mark.parametrize("name", sorted(STEP_METHODS))
+def test_kernel_and_warm_up_take_their_objects_or_dicts(name):
+    with _model():
+        step = _make(STEP_METHODS[name], kernel=HMCKernel(path_length=2.0, n_inner=2),
+                     warmup={"steps": 123})
+        assert (step.path_length, step.kernel.inner(), step.explore_steps) == (2.0, 2, 123)
+        with pytest.raises(TypeError, match="takes a HMCKernel"):
+            STEP_METHODS[name](kernel=WarmUp())
+        with pytest.raises(TypeError, match="takes a WarmUp"):
+            STEP_METHODS[name](warmup=3)
 
 
 def test_choose_for_me_is_auto_never_none():
@@ -88,7 +125,8 @@ def _model():
 
 
 def _make(cls, **kwargs):
-    extra = {"progressbar": False, "max_nodes": 30} if "progressbar" in init_parameters(cls) else {}
+    extra = ({"progressbar": False, "surrogate": NaiveGrid(max_nodes=30)}
+             if "progressbar" in init_parameters(cls) else {})
     return cls(**extra, **kwargs)
 
 
@@ -102,9 +140,10 @@ def test_each_step_reads_the_shared_values_the_same_way(cls):
             else:
                 assert _make(cls, use_gradient=value).has_gradient is (value is not False)
         for n_inner in ("auto", 2):
-            assert _make(cls, n_inner=n_inner).n_inner == n_inner
-        for bad, match in (({"n_inner": 0}, "n_inner must be a positive integer or 'auto'"),
-                           ({"n_inner": True}, "n_inner must be"),
+            assert _make(cls, kernel=HMCKernel(n_inner=n_inner)).n_inner == n_inner
+        for bad, match in (({"kernel": {"n_inner": 0}},
+                            "n_inner must be a positive integer or 'auto'"),
+                           ({"kernel": {"n_inner": True}}, "n_inner must be"),
                            ({"use_gradient": "yes"}, "use_gradient must be 'auto', True, False")):
             with pytest.raises(ValueError, match=match):
                 _make(cls, **bad)
@@ -162,7 +201,7 @@ def test_the_surrogate_is_an_estimator_of_the_step_family():
             SurrogateHMC(surrogate=KernelExpFamilyLite())
         with pytest.raises(TypeError, match="not a class"):
             KernelHMC(surrogate=KernelExpFamilyLite)
-        with pytest.raises(TypeError, match="takes no surrogate="):
+        with pytest.raises(TypeError, match="takes a SmolyakGrid or NaiveGrid"):
             SparseGridHMC(surrogate=RandomNetworkSurrogate())
         with pytest.raises(ValueError, match="n_hidden must be"):
             RandomNetworkSurrogate(n_hidden=-5)  # the estimator checks its own settings
@@ -171,7 +210,7 @@ def test_the_surrogate_is_an_estimator_of_the_step_family():
 @pytest.mark.parametrize("name", sorted(STEP_METHODS))
 @pytest.mark.parametrize("settings, words", [
     (dict(target_accept="0.9"), "target_accept must be a number"),
-    (dict(path_length="2"), "path_length must be a positive number"),
+    (dict(kernel=dict(path_length="2")), "path_length must be a positive number"),
 ])
 def test_a_setting_of_the_wrong_type_is_named(name, settings, words):
     """A string where a number belongs: a clear error naming the setting (it was a bare

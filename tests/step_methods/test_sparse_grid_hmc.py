@@ -14,8 +14,13 @@ import pytest
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
+from pymc_surrogate import GridBox
 from pymc_surrogate.compat import bulk_ess
-from pymc_surrogate.step_methods.sparse_grid_hmc import GridPrecomputeError, SparseGridHMC
+from pymc_surrogate.step_methods.sparse_grid_hmc import (
+    GridPrecomputeError,
+    SparseGridHMC,
+)
+from pymc_surrogate.surrogates import NaiveGrid, SmolyakGrid
 from tests.conftest import gaussian_model
 
 SAMPLE = dict(chains=1, cores=1, progressbar=False, compute_convergence_checks=False)
@@ -113,7 +118,7 @@ def test_the_constructor_evaluates_nothing_and_the_box_comes_from_the_warm_up(ca
         pm.Potential("lik", CountingBanana()(x))
         CountingBanana.calls = 0
         step = SparseGridHMC(**QUIET)
-        given = SparseGridHMC(bounds=(-4.0, 4.0), max_nodes=50, **QUIET)
+        given = SparseGridHMC(domain=GridBox(bounds=(-4.0, 4.0)), surrogate=NaiveGrid(max_nodes=50), **QUIET)
         assert CountingBanana.calls == 0 and step.grid_ is None and given.grid_ is None
         assert given.precompute() is given.grid_ and CountingBanana.calls == given.grid_.n_nodes_
         with pytest.raises(ValueError, match="needs the domain"):
@@ -129,7 +134,7 @@ def test_the_constructor_evaluates_nothing_and_the_box_comes_from_the_warm_up(ca
 def test_a_gradient_chain_outside_a_small_box_stays_right():
     # The box covers +-0.4 sd: most draws lie outside it, where the model drives them.
     with gaussian_model(MEAN, COV):
-        step = SparseGridHMC(bounds=(MEAN - 0.4, MEAN + 0.4), **QUIET, rng=1)
+        step = SparseGridHMC(domain=GridBox(bounds=(MEAN - 0.4, MEAN + 0.4)), rng=1, **QUIET)
         idata = pm.sample(draws=1500, tune=500, step=step, random_seed=5, **SAMPLE)
     _assert_moments(_draws(idata), MEAN, np.sqrt(np.diag(COV)))
     assert idata.sample_stats.in_domain.values.mean() < 0.5
@@ -140,7 +145,7 @@ def test_a_black_box_chain_outside_a_small_box_is_right_or_told(caplog):
     # share: measured on PyMC 6 at seeds 5-8, sds 0.54-1.06 of the posterior's (PyMC 5,
     # started at the box centre: 0.84-1.17). Wrong is allowed only with a warning.
     with gaussian_model(MEAN, COV, black_box=True), caplog.at_level("WARNING", logger="pymc"):
-        step = SparseGridHMC(bounds=(MEAN - 0.4, MEAN + 0.4), **QUIET, rng=1)
+        step = SparseGridHMC(domain=GridBox(bounds=(MEAN - 0.4, MEAN + 0.4)), rng=1, **QUIET)
         idata = pm.sample(draws=1500, tune=500, step=step, random_seed=5, **SAMPLE)
     stats = idata.sample_stats
     assert stats.in_domain.values.mean() < 0.5
@@ -151,7 +156,7 @@ def test_a_black_box_chain_outside_a_small_box_is_right_or_told(caplog):
 
 def test_mean_and_cov_set_a_rotated_box_and_the_grid_is_shared_by_chains():
     with gaussian_model(MEAN, COV):
-        step = SparseGridHMC(mean=MEAN, cov=COV, k=2.5, max_nodes=200, **QUIET)
+        step = SparseGridHMC(domain=GridBox(mean=MEAN, cov=COV, k=2.5), surrogate=NaiveGrid(max_nodes=200), **QUIET)
         step.precompute()
         assert step.precompute_["model_evals"] == step.precompute_["nodes"]
         np.testing.assert_allclose(step.box_cov_, COV / 1.0, rtol=1e-8)
@@ -171,9 +176,10 @@ class _MapOnly:
 
 def test_process_pool_and_serial_give_the_same_grid():
     with gaussian_model(MEAN, COV, black_box=True):
-        settings = dict(bounds=(MEAN - 2.0, MEAN + 2.0), max_nodes=60, progressbar=False)
+        settings = dict(domain=GridBox(bounds=(MEAN - 2.0, MEAN + 2.0)),
+                        surrogate=NaiveGrid(max_nodes=60), progressbar=False)
         serial = SparseGridHMC(executor="serial", **settings).precompute()
-        pooled = SparseGridHMC(executor="process", max_workers=2, **settings).precompute()
+        pooled = SparseGridHMC(executor=2, **settings).precompute()
         with ThreadPoolExecutor(2) as pool:  # any Executor: submit, pickled model
             given = SparseGridHMC(executor=pool, **settings).precompute()
         mapped = SparseGridHMC(executor=_MapOnly(), **settings).precompute()
@@ -184,7 +190,8 @@ def test_process_pool_and_serial_give_the_same_grid():
 def test_dask_executor_gives_the_same_grid():
     distributed = pytest.importorskip("distributed")
     with gaussian_model(MEAN, COV, black_box=True):
-        settings = dict(bounds=(MEAN - 2.0, MEAN + 2.0), max_nodes=60, progressbar=False)
+        settings = dict(domain=GridBox(bounds=(MEAN - 2.0, MEAN + 2.0)),
+                        surrogate=NaiveGrid(max_nodes=60), progressbar=False)
         serial = SparseGridHMC(executor="serial", **settings).precompute()
         with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster:
             with distributed.Client(cluster) as client:
@@ -195,7 +202,7 @@ def test_dask_executor_gives_the_same_grid():
 def test_save_and_load_reuse_the_grid(tmp_path):
     path = tmp_path / "grid.npz"
     with gaussian_model(MEAN, COV):
-        first = SparseGridHMC(save_grid=path, mean=MEAN, cov=COV, max_nodes=150, **QUIET)
+        first = SparseGridHMC(grid=path, domain=GridBox(mean=MEAN, cov=COV), surrogate=NaiveGrid(max_nodes=150), **QUIET)
         first.precompute()
         again = SparseGridHMC(grid=path, **QUIET)
         reused = SparseGridHMC(grid=first.grid_, **QUIET)  # a grid object, as it is
@@ -238,7 +245,7 @@ def _flaky_model(**kwargs):
 
 def test_a_failed_node_is_retried_once():
     with _flaky_model(fail_at=3):
-        step = SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=50, **QUIET)
+        step = SparseGridHMC(domain=GridBox(bounds=(-2.0, 2.0)), surrogate=NaiveGrid(max_nodes=50), **QUIET)
         step.precompute()
     assert step.precompute_["retried"] == 1
     nodes = step.grid_.nodes_
@@ -249,7 +256,7 @@ def test_a_node_that_fails_twice_is_outside_the_support_and_reported(caplog):
     # A failed node is a rejection (Stan's rule), not the end of the precompute: it is
     # filled as outside the posterior's support, and the first is logged with its point.
     with _flaky_model(limit=1.5), caplog.at_level(logging.WARNING, logger="pymc"):
-        step = SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=50, **QUIET)
+        step = SparseGridHMC(domain=GridBox(bounds=(-2.0, 2.0)), surrogate=NaiveGrid(max_nodes=50), **QUIET)
         step.precompute()
     nodes = step.grid_.nodes_
     assert step.precompute_["outside_support"] == int(np.sum(nodes[:, 0] > 1.5)) > 0
@@ -287,7 +294,7 @@ def test_a_truncation_inside_the_box_is_walled_off_and_sampled_exactly(outside, 
         else:
             x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([-0.5, 0.0]))
             pm.Potential("cut", pt.switch(x[0] > 1.0, outside, 0.0))
-        step = SparseGridHMC(bounds=(-4.0, 4.0), max_nodes=500, rng=3, **QUIET)
+        step = SparseGridHMC(domain=GridBox(bounds=(-4.0, 4.0)), surrogate=NaiveGrid(max_nodes=500), rng=3, **QUIET)
         step.precompute()
         assert step.precompute_["outside_support"] > 0
         idata = pm.sample(draws=1500, tune=500, step=step, random_seed=3,
@@ -303,7 +310,7 @@ def test_a_domain_where_the_logp_is_nowhere_finite_is_named():
         x = pm.Flat("x", shape=2, initval=np.zeros(2))
         pm.Potential("lik", TruncatedLogp(-np.inf)(x))
         with pytest.raises(GridPrecomputeError, match="-inf or NaN at all"):
-            SparseGridHMC(bounds=(2.0, 3.0), max_nodes=50, **QUIET).precompute()
+            SparseGridHMC(domain=GridBox(bounds=(2.0, 3.0)), surrogate=NaiveGrid(max_nodes=50), **QUIET).precompute()
 
 
 class LockedLogp(FlakyLogp):
@@ -319,9 +326,8 @@ def test_an_unpicklable_model_gives_a_clear_error():
         x = pm.Flat("x", shape=2)
         pm.Potential("lik", LockedLogp()(x))
         with pytest.raises(TypeError, match="does not pickle.*executor='serial'"):
-            SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=20, executor="process",
-                          progressbar=False).precompute()
-        SparseGridHMC(bounds=(-2.0, 2.0), max_nodes=20, **QUIET).precompute()  # in process: fine
+            SparseGridHMC(domain=GridBox(bounds=(-2.0, 2.0)), surrogate=NaiveGrid(max_nodes=20), executor="process", progressbar=False).precompute()
+        SparseGridHMC(domain=GridBox(bounds=(-2.0, 2.0)), surrogate=NaiveGrid(max_nodes=20), **QUIET).precompute()  # in process: fine
 
 
 def test_exact_false_is_ghmc_complete_with_a_warning_and_a_stat():
@@ -340,21 +346,18 @@ def test_exact_false_is_ghmc_complete_with_a_warning_and_a_stat():
 @pytest.mark.parametrize(
     "settings, name",
     [
-        (dict(kind="tensor"), "kind"),
-        (dict(k=0.0), "k must"),
-        (dict(max_nodes=0), "max_nodes"),
-        (dict(level=-1), "level"),
+        (dict(domain=dict(k=0.0)), "k must"),
         (dict(exact="yes"), "exact"),
-        (dict(correction="none"), "correction"),
-        (dict(n_inner=0), "n_inner"),
-        (dict(max_workers=0), "max_workers"),
+        (dict(kernel=dict(correction="none")), "correction"),
+        (dict(kernel=dict(n_inner=0)), "n_inner"),
+        (dict(executor=0), "worker processes must be at least 1"),
         (dict(executor="threads"), "executor"),
         (dict(progressbar="yes"), "progressbar"),
-        (dict(bounds=([0.0, 1.0], [0.0, 2.0])), "zero width"),
-        (dict(mean=MEAN), "mean and cov"),
-        (dict(bounds=(-1.0, 1.0), mean=MEAN, cov=COV), "at most one"),
-        (dict(mean=MEAN, cov=np.diag([1.0, 0.0])), "positive definite"),
-        (dict(kind="smolyak", level=12, max_nodes=1000), "lower `level`"),
+        (dict(domain=dict(bounds=([0.0, 1.0], [0.0, 2.0]))), "zero width"),
+        (dict(domain=dict(mean=MEAN)), "mean and cov"),
+        (dict(domain=dict(bounds=(-1.0, 1.0), mean=MEAN, cov=COV)), "not both"),
+        (dict(domain=dict(mean=MEAN, cov=np.diag([1.0, 0.0]))), "positive definite"),
+        (dict(surrogate=SmolyakGrid(level=12, max_nodes=1000)), "lower the grid's `level`"),
     ],
 )
 def test_bad_settings_raise_value_error_naming_them(settings, name):
@@ -363,11 +366,40 @@ def test_bad_settings_raise_value_error_naming_them(settings, name):
             SparseGridHMC(**{**QUIET, **settings})
 
 
+@pytest.mark.parametrize("flat, spelled", [
+    (dict(kind="naive"), "surrogate=SmolyakGrid() or surrogate=NaiveGrid()"),
+    (dict(level=3), "surrogate=SmolyakGrid(level=...)"),
+    (dict(max_nodes=100), "surrogate=SmolyakGrid(max_nodes=...)"),
+    (dict(bounds=(-1.0, 1.0)), "domain=GridBox(bounds=(-1.0, 1.0))"),
+    (dict(mean=MEAN, cov=COV, k=2.0), "domain=GridBox(mean="),
+    (dict(save_grid="grid.npz"), "grid='file.npz'"),
+    (dict(max_workers=2), "executor=<number of worker processes>"),
+])
+def test_a_setting_of_the_grid_given_flat_is_refused_with_the_spelling_that_works(flat, spelled):
+    with gaussian_model(MEAN, COV):
+        with pytest.raises(TypeError, match=re.escape(spelled)):
+            SparseGridHMC(**{**QUIET, **flat})
+
+
+def test_a_grid_file_is_built_where_missing_and_reused_where_present(tmp_path):
+    """``grid="file.npz"``: the first run builds and saves it, the next reuses it."""
+    path = tmp_path / "grid.npz"
+    with gaussian_model(MEAN, COV):
+        step = SparseGridHMC(grid=path, domain=GridBox(bounds=(-4.0, 4.0)),
+                             surrogate=NaiveGrid(max_nodes=30), **QUIET)
+        assert step.grid_ is None and not path.exists()  # nothing evaluated yet
+        built = step.precompute()
+        assert path.exists() and step.precompute_["saved"]
+        again = SparseGridHMC(grid=path, domain=GridBox(bounds=(-4.0, 4.0)), **QUIET)
+    assert again.precompute_["model_evals"] == 0
+    np.testing.assert_array_equal(again.grid_.values_, built.values_)
+
+
 def test_a_gradient_models_field_is_continuous_across_the_faces_and_its_gradient_right():
     # The grid's interpolation error made a jump at the faces where the field switched to
     # the model (pde d = 20 adjoint: step size driven to 5e-4); now it blends in.
     with _banana(black_box=False):
-        step = SparseGridHMC(mean=np.zeros(2), cov=np.eye(2), k=1.5, max_nodes=30, **QUIET)
+        step = SparseGridHMC(domain=GridBox(mean=np.zeros(2), cov=np.eye(2), k=1.5), surrogate=NaiveGrid(max_nodes=30), **QUIET)
         step.precompute()
     field = step._surrogate_field(step.chain)
     face = np.array([1.5, 0.3])
@@ -427,9 +459,9 @@ def test_a_cheap_grid_prints_no_progress_bar_by_default(capsys, monkeypatch):
     monkeypatch.setattr(batch_evaluation, "_Progress",
                         lambda show, *a: shown.append(show) or real(show, *a))
     with gaussian_model(MEAN, COV):
-        SparseGridHMC(executor="serial", mean=MEAN, cov=COV, max_nodes=60, rng=1).precompute()
+        SparseGridHMC(domain=GridBox(mean=MEAN, cov=COV), surrogate=NaiveGrid(max_nodes=60), executor="serial", rng=1).precompute()
         monkeypatch.setattr(batch_evaluation, "PARALLEL_AFTER", 0.0)  # "an expensive model"
-        SparseGridHMC(executor="serial", mean=MEAN, cov=COV, max_nodes=60, rng=1).precompute()
+        SparseGridHMC(domain=GridBox(mean=MEAN, cov=COV), surrogate=NaiveGrid(max_nodes=60), executor="serial", rng=1).precompute()
     assert shown == [False, True]
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from pymc_surrogate import AdaptiveSurrogateHMC, ModelEvaluationError, SurrogateHMC
+from pymc_surrogate import AdaptiveSurrogateHMC, HMCKernel, ModelEvaluationError, SurrogateHMC
 from pymc_surrogate.step_methods.adaptation.coverage import tempered
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from tests.conftest import correlated_gaussian, gaussian_model, with_tuning
@@ -20,7 +20,7 @@ SAMPLE = dict(draws=1000, tune=600, chains=2, cores=1, progressbar=False, random
 def test_correlated_gaussian_with_gradient(correction):
     mean, cov = correlated_gaussian(6)
     with gaussian_model(mean, cov):
-        idata = pm.sample(step=SurrogateHMC(correction=correction), **SAMPLE)
+        idata = pm.sample(step=SurrogateHMC(kernel=HMCKernel(correction=correction)), **SAMPLE)
     assert_moments(idata, "x", mean, np.sqrt(np.diag(cov)))
     stats = idata.sample_stats
     # After tuning, one model evaluation per draw at most, and no gradient.
@@ -41,7 +41,7 @@ def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
     mean, cov = correlated_gaussian(4, seed=6)
     with gaussian_model(mean, cov):
         # tail_jumps=0: no heavy-tail check, whose trials would count here too
-        idata = pm.sample(step=SurrogateHMC(correction="hamiltonian", tail_jumps=0),
+        idata = pm.sample(step=SurrogateHMC(kernel=HMCKernel(correction="hamiltonian"), tail_jumps=0),
                           discard_tuned_samples=False, **{**SAMPLE, "draws": 100, "tune": 400})
     # one evaluation a trial, none for a trajectory that diverges on the surrogate
     trials = _evaluations_between_tuning_and_draws(idata)
@@ -55,7 +55,7 @@ def test_adaptive_does_not_learn_from_the_full_length_trials():
     the draws may not use (issue 17). The first draw adds at most its own evaluation."""
     mean, cov = correlated_gaussian(4, seed=6)
     with gaussian_model(mean, cov):
-        step = AdaptiveSurrogateHMC(correction="hamiltonian", tail_jumps=0)
+        step = AdaptiveSurrogateHMC(kernel=HMCKernel(correction="hamiltonian"), tail_jumps=0)
         idata = pm.sample(step=step, discard_tuned_samples=False,
                           **{**SAMPLE, "draws": 20, "tune": 400})
     assert np.all(_evaluations_between_tuning_and_draws(idata) > 0)  # the trials ran
@@ -70,7 +70,8 @@ def test_hamiltonian_draws_get_the_full_length_only_if_it_holds_the_target(targe
     exact Gaussian's final fit: about 0.9), the tuned length otherwise."""
     mean, cov = correlated_gaussian(3, seed=7)
     with gaussian_model(mean, cov):
-        step = with_tuning(SurrogateHMC, path_target=target)(correction="hamiltonian")
+        step = with_tuning(SurrogateHMC, path_target=target)(
+            kernel=HMCKernel(correction="hamiltonian"))
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 400})
     tuned = step.kernel.trajectory_length(False) < step.path_length
     assert (step.kernel.path_adapt is None) is full_length
@@ -181,13 +182,13 @@ def test_discrete_variable_is_refused_with_advice():
     "kwargs,match",
     [
         (dict(target_accept=1.0), "target_accept"),
-        (dict(path_length=0), "path_length"),
-        (dict(n_inner=0), "n_inner"),
-        (dict(n_inner="often"), "n_inner"),
-        (dict(n_inner=True), "n_inner"),
-        (dict(explore_steps=-3), "explore_steps"),
-        (dict(correction="none"), "correction"),
-        (dict(max_energy_error=-1), "max_energy_error"),
+        (dict(kernel=dict(path_length=0)), "path_length"),
+        (dict(kernel=dict(n_inner=0)), "n_inner"),
+        (dict(kernel=dict(n_inner="often")), "n_inner"),
+        (dict(kernel=dict(n_inner=True)), "n_inner"),
+        (dict(warmup=dict(steps=-3)), "steps"),
+        (dict(kernel=dict(correction="none")), "correction"),
+        (dict(kernel=dict(max_energy_error=-1)), "max_energy_error"),
         (dict(tail_jumps=1.0), "tail_jumps"),
         (dict(tail_jumps="often"), "tail_jumps"),
     ],
@@ -215,7 +216,7 @@ def test_inner_transitions_in_the_draws(n_inner, recent, expected):
     tuning were corrected with mean acceptance at least ``Tuning.good_acceptance``."""
     with pm.Model():
         pm.Normal("x", shape=2)
-        step = SurrogateHMC(n_inner=n_inner)
+        step = SurrogateHMC(kernel=HMCKernel(n_inner=n_inner))
     chain = step.chain
     assert step.kernel.inner() == (1 if n_inner == "auto" else n_inner)
     chain.fits.recent_corrections.extend(recent)
@@ -573,5 +574,5 @@ def test_riemannian_draws_keep_the_surrogate_unlowered():
     """RNS-RMHMC's moves run on the surrogate's own derivatives, never on the bound."""
     with pm.Model():
         pm.Normal("x", shape=2)
-        assert not SurrogateHMC(metric="riemannian", use_gradient=False).lowers_black_box_draws
+        assert not SurrogateHMC(kernel=HMCKernel(metric="riemannian"), use_gradient=False).lowers_black_box_draws
         assert SurrogateHMC(use_gradient=False).lowers_black_box_draws

@@ -120,7 +120,7 @@ def test_laplace_falls_back_to_the_tuning_covariance_with_one_debug_record(caplo
     "settings, name",
     [({"t0": 0}, "t0"), ({"t0": "end"}, "t0"), ({"stop_error": 2.0}, "stop_error"),
      ({"gradient": "numeric"}, "gradient"), ({"exact": "yes"}, "exact"),
-     ({"n_inner": 0}, "n_inner")],
+     ({"kernel": {"n_inner": 0}}, "n_inner")],
 )
 def test_bad_settings_are_named(settings, name):
     with _gaussian_model():

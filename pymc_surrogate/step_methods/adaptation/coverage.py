@@ -26,7 +26,7 @@ from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.compat import pareto_khat
 from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.settings import Tuning
+from pymc_surrogate.step_methods.tuning import Tuning
 
 __all__ = ["Coverage", "tempered"]
 

@@ -21,7 +21,7 @@ import numpy as np
 from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.settings import Tuning
+from pymc_surrogate.step_methods.tuning import Tuning
 from pymc_surrogate.surrogates.confidence import QuadraticConfidence
 
 __all__ = ["DrawBound"]

@@ -115,8 +115,8 @@ class Refits:
                 f"its last {self.tuning.stuck_window} tuning iterations. "
                 f"{self.tuning.stuck_explore_probability:.0%} of that chain's draws use the exact "
                 "exploration kernel instead (stat `fallback`): correct, but it mixes slower "
-                "and costs more model evaluations. Increase `tune`, or `explore_steps` for "
-                "a better first surrogate.",
+                "and costs more model evaluations. Increase `tune`, or the warm-up "
+                "(`warmup=WarmUp(steps=...)`) for a better first surrogate.",
             )
         return True
 

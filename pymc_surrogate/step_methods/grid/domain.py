@@ -1,6 +1,6 @@
 """SparseGridHMC's domain: the box the grid covers.
 
-Given (``bounds=``, or ``mean=`` and ``cov=``), or found from the warm-up: the exact
+Given (``domain=GridBox(bounds=...)``, or ``GridBox(mean=..., cov=...)``), or found from the warm-up: the exact
 exploration every step method tunes with first (``exploration.py``), whose evaluations the
 chains share through the store (``sharing.py``). The box is fitted to the evaluations near
 the lowest potential and grown, face by face, where the grid's own nodes say the posterior
@@ -105,7 +105,9 @@ class GridDomain:
     def _no_domain(self, chain: ChainState) -> str:
         return (f"SparseGridHMC could not find a domain of interest: the warm-up's "
                 f"{len(chain.training)} evaluations span no box. Give the domain yourself "
-                "(bounds=(lower, upper), or mean= and cov=), or raise explore_steps.")
+                "(domain=GridBox(bounds=(lower, upper)), or GridBox(mean=..., cov=...)), or "
+                "lengthen the warm-up "
+                "(warmup=WarmUp(steps=...)).")
 
     def _grown_domain(self, grid, potentials: np.ndarray) -> Domain | None:
         """The box grown by half its width past each face where the posterior has not

@@ -163,8 +163,9 @@ class GridField:
                 f"{self._right_box_share():.1%}), where the grid is no model of the posterior "
                 "(a funnel, heavy tails, curved arms, a box from a poor Laplace approximation): "
                 "the draws are exact but mix poorly there and may come out too narrow; check "
-                "R-hat, ESS and the tails. Widen the box (a larger k, or bounds= / mean= and "
-                "cov=), or sample this model with SurrogateHMC.",
+                "R-hat, ESS and the tails. Widen the box (domain=GridBox(k=...) with a larger k, "
+                "or GridBox(bounds=...) / GridBox(mean=..., cov=...)), or sample this model "
+                "with SurrogateHMC.",
                 chain.iteration,
             )
         return divergence

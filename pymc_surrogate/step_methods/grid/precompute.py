@@ -17,10 +17,15 @@ from pymc_surrogate.step_methods.evaluation.evaluator import (
 )
 from pymc_surrogate.step_methods.grid.domain import MAX_GROWTH, MAX_REFITS
 from pymc_surrogate.step_methods.state import ChainState
-from pymc_surrogate.surrogates.base import Domain
+from pymc_surrogate.surrogates.base import Domain, with_params
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
 
 __all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "load_grid"]
+
+
+#: The model evaluations a default grid may take (``SmolyakGrid``'s own default is larger:
+#: it is built once, where a step's grid is rebuilt for each box it tries).
+DEFAULT_MAX_NODES = 1000
 
 
 class GridPrecomputeError(RuntimeError):
@@ -31,14 +36,15 @@ class GridPrecompute:
     """Mixin of ``SparseGridHMC``: the grid and its precomputed values."""
 
     def precompute(self):
-        """Build the grid now, over the domain given (``bounds=``, or ``mean=`` and
-        ``cov=``), and return it (as ``grid_``; its cost in ``precompute_``). Without a
+        """Build the grid now, over the domain given (``domain=GridBox(...)`` with
+        ``bounds``, or ``mean`` and ``cov``), and return it (as ``grid_``; its cost in ``precompute_``). Without a
         given domain the grid is built at the end of the first chain's warm-up; a step
         made with ``grid=`` has one already."""
         if self.grid_ is None:
             if self._domain_given is None:
                 raise ValueError(
-                    "SparseGridHMC.precompute() needs the domain (bounds=, or mean= and cov=); "
+                    "SparseGridHMC.precompute() needs the domain (domain=GridBox(bounds=...), "
+                    "or GridBox(mean=..., cov=...)); "
                     "without it the grid is built from the warm-up, in pm.sample.")
             self._precompute_grid(None)
         return self.grid_
@@ -120,8 +126,9 @@ class GridPrecompute:
         except ValueError as err:
             raise ValueError(
                 f"SparseGridHMC: {err} In d = {self.dim} a grid that resolves the "
-                "posterior may need more evaluations than are affordable: lower `level`, "
-                "raise `max_nodes`, or use SurrogateHMC / AdaptiveSurrogateHMC, whose "
+                "posterior may need more evaluations than are affordable: lower the grid's "
+                "`level` or raise its `max_nodes` (surrogate=SmolyakGrid(level=..., "
+                "max_nodes=...)), or use SurrogateHMC / AdaptiveSurrogateHMC, whose "
                 "cost does not grow with a grid."
             ) from err
 
@@ -129,12 +136,12 @@ class GridPrecompute:
         self._design(self._make_grid(None), Domain(np.zeros(self.dim), np.ones(self.dim)))
 
     def _make_grid(self, transform):
-        kind = self.kind
-        if kind == "auto":
-            kind = "naive" if self.dim <= 2 else "smolyak"
-        if kind == "naive":
-            return NaiveGrid(points_per_dim=self.level, max_nodes=self.max_nodes, transform=transform)
-        return SmolyakGrid(level=self.level, max_nodes=self.max_nodes, transform=transform)
+        """A new grid of the step's ``surrogate`` (by default the full grid for d <= 2, the
+        sparse one beyond, within ``DEFAULT_MAX_NODES``) in the box's coordinates."""
+        grid = self.surrogate
+        if grid is None:
+            grid = (NaiveGrid if self.dim <= 2 else SmolyakGrid)(max_nodes=DEFAULT_MAX_NODES)
+        return with_params(grid, transform=transform)
 
     def _precompute(self, nodes: np.ndarray) -> tuple[np.ndarray, int, int]:
         """``U`` at every node, through the executor, each failed node retried once; the
@@ -162,7 +169,8 @@ class GridPrecompute:
                 f"SparseGridHMC: the model's logp failed at {len(batch.errors)} of {n} grid "
                 f"nodes, twice each (the first {len(shown)} shown, in the sampler's "
                 f"unconstrained space):\n{lines}\nFix the model there, or shrink the domain "
-                "(bounds=, mean=/cov=, or a smaller k) to where its logp is finite."
+                "(domain=GridBox(bounds=...), GridBox(mean=..., cov=...), or a smaller k) to "
+                "where its logp is finite."
             )
         return -batch.logp, batch.retried, batch.timed
 
@@ -198,8 +206,8 @@ def fill_outside_support(potentials: np.ndarray, nodes: np.ndarray) -> tuple[np.
     if not support.any():
         raise GridPrecomputeError(
             f"SparseGridHMC: the model's logp is -inf or NaN at all {nodes.shape[0]} grid "
-            "nodes: the domain misses the posterior. Give it yourself (bounds=, or mean= and "
-            "cov=) where the logp is finite."
+            "nodes: the domain misses the posterior. Give it yourself (domain=GridBox(bounds=...), "
+            "or GridBox(mean=..., cov=...)) where the logp is finite."
         )
     centre, scale = nodes.mean(axis=0), nodes.std(axis=0)
     z = (nodes - centre) / np.where(scale > 0, scale, 1.0)
@@ -218,7 +226,7 @@ def _quadratic_features(z: np.ndarray) -> np.ndarray:
 
 
 def load_grid(path, dim: int):
-    """A grid from an ``.npz`` file (``save_grid``), or a fitted grid object as it is."""
+    """A grid from an ``.npz`` file (``grid=``'s), or a fitted grid object as it is."""
     if hasattr(path, "value_and_grad") and hasattr(path, "domain_"):
         grid = path
         if grid.n_features_in_ != dim:

@@ -24,14 +24,12 @@ from pymc_surrogate.core.riemannian import (
 )
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.settings import Tuning
+from pymc_surrogate.step_methods.tuning import Tuning
 from pymc_surrogate.surrogates.curvature import random_network_derivatives
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["METRICS", "RIEMANNIAN_STATS", "RiemannianKernel", "check_metric_settings",
-           "riemannian_stats"]
+__all__ = ["RIEMANNIAN_STATS", "RiemannianKernel", "riemannian_stats"]
 
-METRICS = ("euclidean", "riemannian", "riemannian-diagonal")
 RIEMANNIAN_STATS = {
     "riemannian": (bool, []),
     "fixed_point_iterations": (np.float64, []),
@@ -43,14 +41,6 @@ RIEMANNIAN_STATS = {
 class RiemannianState(DataClassState):
     fixed_point_iterations: float = np.nan  # of the last transition (a stat)
     implicit_failures: int = 0  # inner moves of the last transition ended by one
-
-
-def check_metric_settings(metric: str, softabs_alpha: float) -> None:
-    """A clear error for a ``metric`` or ``softabs_alpha`` the step cannot take."""
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
-    if not (np.isscalar(softabs_alpha) and np.isfinite(softabs_alpha) and softabs_alpha > 0):
-        raise ValueError(f"softabs_alpha must be a positive number; got {softabs_alpha!r}.")
 
 
 def riemannian_stats(kernel: RiemannianKernel | None) -> dict:
@@ -77,20 +67,15 @@ class RiemannianKernel(ChainPart):
     _state_class = RiemannianState
 
     def __init__(self, metric: str, softabs_alpha: float, tuning: Tuning):
-        check_metric_settings(metric, softabs_alpha)
         self.diagonal = metric == "riemannian-diagonal"
         self.softabs_alpha = float(softabs_alpha)
         self.tuning = tuning
         self.reset()
 
     @staticmethod
-    def check(correction: str, context_dim: int) -> None:
-        """After the step knows its block: what the Riemannian kernel cannot do."""
-        if correction != "surrogate_transition":
-            raise ValueError(
-                "metric='riemannian' runs with correction='surrogate_transition' only: the "
-                "Hamiltonian correction would need the true model's Riemannian Hamiltonian."
-            )
+    def check(context_dim: int) -> None:
+        """After the step knows its block: what the Riemannian kernel cannot do (its
+        settings are checked by ``HMCKernel``)."""
         if context_dim:
             raise ValueError(
                 "metric='riemannian' needs the step to sample all of the model's continuous "

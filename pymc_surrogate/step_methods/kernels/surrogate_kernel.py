@@ -26,11 +26,9 @@ from pymc_surrogate.core.transitions import (
 )
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.settings import Tuning
+from pymc_surrogate.step_methods.tuning import Tuning
 
-__all__ = ["CORRECTIONS", "SurrogateKernel"]
-
-CORRECTIONS = ("surrogate_transition", "hamiltonian")
+__all__ = ["SurrogateKernel"]
 
 
 @dataclass_state

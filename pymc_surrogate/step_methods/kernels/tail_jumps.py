@@ -17,7 +17,7 @@ from pymc_surrogate.core.tail_jumps import (
     independence_acceptance,
 )
 from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.settings import Tuning
+from pymc_surrogate.step_methods.tuning import Tuning
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["TailJumps"]

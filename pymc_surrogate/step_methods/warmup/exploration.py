@@ -27,7 +27,7 @@ from pymc_surrogate.core.transitions import (
 )
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.settings import Tuning
+from pymc_surrogate.step_methods.tuning import Tuning
 from pymc_surrogate.step_methods.warmup.mode_climb import climb_to_mode
 from pymc_surrogate.surrogates.laplace import laplace_from_values
 

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.optimize
 
 from pymc_surrogate.core.types import ChainPoint
-from pymc_surrogate.step_methods.settings import Tuning
+from pymc_surrogate.step_methods.tuning import Tuning
 from pymc_surrogate.surrogates.laplace import Gaussian, laplace_at
 
 __all__ = ["climb_to_mode"]

@@ -7,7 +7,7 @@ import pymc as pm
 import pytest
 
 from pymc_surrogate import SurrogateHMC
-from pymc_surrogate.step_methods.settings import TUNING
+from pymc_surrogate.step_methods.tuning import TUNING
 from tests.step_methods.evaluation.test_sharing import SCALES, black_box_model
 
 

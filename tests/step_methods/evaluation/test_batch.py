@@ -93,12 +93,13 @@ def test_a_thread_pool_leaves_the_default_backend_alone():
 
 UNGUARDED_SCRIPT = """
 import pymc as pm
-from pymc_surrogate import SparseGridHMC
+from pymc_surrogate import GridBox, SparseGridHMC
+from pymc_surrogate.surrogates import NaiveGrid
 
 with pm.Model():
     pm.Normal("x", shape=2)
-    SparseGridHMC(executor="process", max_workers=1, max_nodes=9, progressbar=False,
-                  mean=[0.0, 0.0], cov=[[1.0, 0.0], [0.0, 1.0]]).precompute()
+    SparseGridHMC(executor=1, surrogate=NaiveGrid(max_nodes=9), progressbar=False,
+                  domain=GridBox(mean=[0.0, 0.0], cov=[[1.0, 0.0], [0.0, 1.0]])).precompute()
 print("FINISHED")
 """
 

@@ -1,4 +1,4 @@
-"""SurrogateHMC(metric="riemannian"): RNS-RMHMC's surrogate transitions (``step_methods/kernels/riemannian.py``)."""
+"""SurrogateHMC(kernel=HMCKernel(metric="riemannian")): RNS-RMHMC's surrogate transitions (``step_methods/kernels/riemannian.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from pymc_surrogate import AdaptiveSurrogateHMC, SurrogateHMC
+from pymc_surrogate import AdaptiveSurrogateHMC, HMCKernel, SurrogateHMC
 from pymc_surrogate.surrogates.whitening import Whitening
 from tests.reliability.broken import no_metropolis_correction
 from tests.reliability.helpers import check_gaussian, check_moments, sample
@@ -22,7 +22,7 @@ def test_invalid_settings_are_named(kwargs, match):
     with pm.Model():
         pm.Normal("x", shape=2)
         with pytest.raises(ValueError, match=match):
-            SurrogateHMC(**kwargs)
+            SurrogateHMC(kernel=HMCKernel(**kwargs))
 
 
 def test_a_block_of_a_compound_step_is_refused():
@@ -30,7 +30,7 @@ def test_a_block_of_a_compound_step_is_refused():
         a = pm.Normal("a")
         pm.Normal("b", mu=a)
         with pytest.raises(ValueError, match="all of the model's continuous variables"):
-            SurrogateHMC([a], metric="riemannian")
+            SurrogateHMC([a], kernel=HMCKernel(metric="riemannian"))
 
 
 def _cut_gaussian_draws(step_class, metric="riemannian", **kwargs):
@@ -40,7 +40,7 @@ def _cut_gaussian_draws(step_class, metric="riemannian", **kwargs):
     with pm.Model():
         x = pm.Normal("x", 0.0, 1.0, shape=2, initval=np.array([-0.5, 0.0]))
         pm.Potential("bad", term(x))
-        return sample(step_class(metric=metric), **kwargs)
+        return sample(step_class(kernel=HMCKernel(metric=metric)), **kwargs)
 
 
 @pytest.mark.parametrize("step_class,metric", [(SurrogateHMC, "riemannian"),
@@ -100,4 +100,4 @@ def test_the_badly_scaled_check_flags_an_absolute_softabs_floor(monkeypatch):
 def _badly_scaled_draws() -> np.ndarray:
     with pm.Model():
         pm.MvNormal("x", mu=np.zeros(2), cov=BADLY_SCALED_COV)
-        return sample(SurrogateHMC(metric="riemannian")).posterior["x"].values
+        return sample(SurrogateHMC(kernel=HMCKernel(metric="riemannian"))).posterior["x"].values

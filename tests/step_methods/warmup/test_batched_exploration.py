@@ -9,7 +9,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from pymc_surrogate import SurrogateHMC
+from pymc_surrogate import SurrogateHMC, WarmUp
 from tests.conftest import correlated_gaussian, gaussian_model
 
 MEAN, COV = correlated_gaussian(3, seed=5)
@@ -78,8 +78,8 @@ def test_bad_executor_settings_are_refused():
     with gaussian_model(MEAN, COV, black_box=True):
         with pytest.raises(ValueError, match="submit or map"):
             SurrogateHMC(executor="dask")
-        with pytest.raises(ValueError, match="explore_tries"):
-            SurrogateHMC(executor=ThreadPoolExecutor(1), explore_tries=1)
+        with pytest.raises(ValueError, match="tries must be an integer"):
+            SurrogateHMC(executor=ThreadPoolExecutor(1), warmup=WarmUp(tries=1))
     from pymc_surrogate import KernelHMC
 
     with gaussian_model(MEAN, COV, black_box=True):
