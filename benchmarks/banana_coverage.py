@@ -153,7 +153,8 @@ def run(sampler, seed, tune, draws, chains, models, ref, sampler_kwargs=None, th
         ess = row["min_ess_bulk"] if row["min_ess_bulk"] > 0 else np.nan
         row.update(n_evals=int(stats["total_model_evals"].values[:, -1].sum()),
                    n_grad_evals=int(stats["total_gradient_evals"].values[:, -1].sum()),
-                   n_counted=res.timing["n_logp"], divergences=int(stats["diverging"].sum()))
+                   n_counted=res.timing["n_logp"], divergences=int(stats["diverging"].sum()),
+                   far_proposals=int(stats["far_proposals"].values[:, -1].sum()))
         row.update(evals_per_ess=row["n_evals"] / ess, counted_per_ess=row["n_counted"] / ess,
                    wall_s=res.timing["total_s"], n_warnings=len(res.warnings),
                    first_warning=res.warnings[0][:300] if res.warnings else "")
@@ -196,7 +197,8 @@ def write(rows, out, tag, meta):
     cols = [("sampler", ""), ("seed", ".0f"), ("status", ""), ("max_abs_z", ".2f"),
             ("max_rhat", ".3f"), ("sd_ratio_1", ".3f"), ("sd_ratio_2", ".3f"),
             ("min_ess_bulk", ".0f"), ("min_ess_tail", ".0f"), *[(k, ".4f") for k, _, _ in TAILS],
-            ("n_evals", ".0f"), ("n_counted", ".0f"), ("evals_per_ess", ".3g"), ("wall_s", ".0f"),
+            ("n_evals", ".0f"), ("n_counted", ".0f"), ("evals_per_ess", ".3g"),
+            ("far_proposals", ".0f"), ("wall_s", ".0f"),
             ("n_warnings", ".0f"), ("reasons", "")]
     lines = [f"# Banana coverage: {tag}", ""] + [f"- **{k}**: {v}" for k, v in meta.items()]
     lines += ["", "## Runs", "", "| " + " | ".join(c for c, _ in cols) + " |",

@@ -110,6 +110,8 @@ def run(name: str, gradient: bool, dim: int, seed: int, tune: int, draws: int,
                     if "implicit_failures" in stats else 0)
         row.update(n_evals=n_evals, evals_per_ess=n_evals / max(row["min_ess"], 1e-9),
                    divergences=int(stats["diverging"].sum()), implicit_failures=failures,
+                   far_proposals=(int(stats["far_proposals"].values[:, -1].sum())
+                                  if "far_proposals" in stats else np.nan),
                    wall_s=res.timing["total_s"], n_warnings=len(res.warnings),
                    first_warning=res.warnings[0][:300] if res.warnings else "")
     except Exception as exc:  # noqa: BLE001 - a failing run is a row
@@ -124,7 +126,7 @@ def write(rows: list[dict], out: Path, tag: str, meta: dict) -> None:
             ("sd_ratio", ".3f"), ("below", ".4f"), ("above", ".4f"), ("rhat", ".3f"),
             ("ess_bulk", ".0f"), ("max_rhat", ".3f"), ("min_ess", ".0f"), ("n_evals", ".0f"),
             ("evals_per_ess", ".3g"), ("divergences", ".0f"), ("implicit_failures", ".0f"),
-            ("wall_s", ".0f"), ("n_warnings", ".0f"), ("reasons", "")]
+            ("far_proposals", ".0f"), ("wall_s", ".0f"), ("n_warnings", ".0f"), ("reasons", "")]
     lines = [f"# Neal's funnel: {tag}", ""] + [f"- **{k}**: {v}" for k, v in meta.items()]
     lines += ["", "| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(format_cell(r.get(c), s) if s else format_cell(r.get(c)) for c, s in cols) + " |"

@@ -642,7 +642,9 @@ def cost_columns(
     -------
     dict
         ``n_logp``, ``n_grad``, ``evals_per_ess`` (inf at ESS 0), ``divergences`` (NaN
-        without a ``diverging`` stat), and ``note`` if the counter saw no evaluation.
+        without a ``diverging`` stat), ``far_proposals`` (the chains' evaluations far from
+        every state evaluated before, tuning included; NaN for PyMC's samplers), and
+        ``note`` if the counter saw no evaluation.
     """
     n_evals = timing["n_logp"] + timing["n_grad"]
     diverging = sample_stats["diverging"] if "diverging" in sample_stats else None
@@ -651,6 +653,9 @@ def cost_columns(
         "n_grad": timing["n_grad"],
         "evals_per_ess": n_evals / ess_bulk if ess_bulk > 0 else float("inf"),
         "divergences": int(diverging.values.sum()) if diverging is not None else float("nan"),
+        # cumulative per chain: its last draw's value counts tuning too
+        "far_proposals": (int(sample_stats["far_proposals"].values[:, -1].sum())
+                          if "far_proposals" in sample_stats else float("nan")),
     }
     if n_evals == 0:
         columns["note"] = "counter saw no evaluations (sampled in another process?)"

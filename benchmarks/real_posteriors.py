@@ -49,6 +49,8 @@ reference summary computed from posteriordb's 10 000 reference draws):
   ``evals_per_ess = (n_logp + n_grad) / min_ess_bulk``.
 * ``wall_s``: seconds for the whole ``pm.sample`` call, step construction included.
 * ``divergences``: sum of the ``diverging`` stat over the draws (blank if none is recorded).
+* ``far_proposals``: the chains' model evaluations, tuning included, more than 20 sds from
+  every state evaluated before (the ``far_proposals`` stat; blank for PyMC's samplers).
 * ``n_warnings`` / ``first_warning``: log records of the ``pymc`` logger at WARNING or above
   during the run (where PyMC logs the steps' ``warning`` stats); PyMC's own convergence
   checks are off, so these are the samplers' warnings.
@@ -168,6 +170,7 @@ COLUMNS: list[str] = [
     "evals_per_ess",
     "wall_s",
     "divergences",
+    "far_proposals",
     "n_warnings",
     "first_warning",
     "chains",

@@ -50,6 +50,7 @@ from pymc_surrogate.step_methods.health.chain_health import (
     ChainHealth,
     centred_variables,
     coordinate_names,
+    is_far,
 )
 from pymc_surrogate.step_methods.kernels.surrogate_kernel import SurrogateKernel
 from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
@@ -333,6 +334,8 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         ``explore_executor`` (``evaluation/batch.py``), counted and kept as ``_evaluate``
         keeps one."""
         points = np.array([self.functions.representable(q) for q in points])
+        for q in points:
+            self._count_far(chain, q)
         result = evaluate_logp(points, self.functions, self._model, self.vars,
                                executor=self.explore_executor, progressbar=False,
                                owner=type(self).__name__, node_logp=self._node_logp())
@@ -574,6 +577,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             "surrogate_fits": chain.counts.fits,
             "failed_fits": chain.counts.failed_fits,
             "eval_failures": chain.counts.eval_failures,
+            "far_proposals": chain.counts.far_proposals,
             "diverging_total": self.health.divergences,
             "perf_counter_diff": time.perf_counter() - start,
             "perf_counter_start": start,
@@ -635,9 +639,22 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         """Evaluate the true model at ``q``, count it, and keep it as training data (unless
         ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's); ``retry``:
         the chain's state, where a raise is tried once more (evaluator.py)."""
+        if not retry:
+            self._count_far(chain, q)
         point = self.evaluator.evaluate(chain, q, with_grad, self.tune, retry=retry)
         self._keep(chain, point, record)
         return point
+
+    def _count_far(self, chain: ChainState, q: np.ndarray) -> None:
+        """A proposal far from every evaluated state, once the chain has a frame (stat
+        ``far_proposals``, ``health/chain_health.py``)."""
+        frame = chain.whitening
+        if frame is None or len(chain.training) == 0:
+            return
+        chol = frame.chol[: self.dim]
+        scale = np.sqrt(np.sum(chol[:, : self.dim] ** 2, axis=1)) if frame.dense else chol
+        if is_far(q, chain.training.positions[:, : self.dim], scale, self.tuning.far_sd):
+            chain.counts.far_proposals += 1
 
     def _keep(self, chain: ChainState, point: ChainPoint, record: bool = True) -> None:
         """A finite evaluation goes into the store and, as training data, to the chain."""

@@ -31,6 +31,7 @@ class Counts:
     failed_fits: int = 0  # fits or online updates skipped for a numerical failure
     adaptations: int = 0  # online surrogates: switches to newly learned weights
     eval_failures: int = 0  # model evaluations that raised or gave NaN / +inf (rejections)
+    far_proposals: int = 0  # evaluations far from every state evaluated before (FAR_SD)
 
 
 @dataclass

@@ -31,6 +31,7 @@ STATS = {
     "failed_fits": (np.int64, []),
     # the chain's model evaluations so far that raised or gave NaN / +inf (each a rejection)
     "eval_failures": (np.int64, []),
+    "far_proposals": (np.int64, []),
     "diverging_total": (np.int64, []),
     "surrogate_temperature": (np.float64, []),
     "coverage_khat": (np.float64, []),

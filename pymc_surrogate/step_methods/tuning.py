@@ -153,6 +153,13 @@ class Tuning:
     # --- Riemannian surrogate transitions (riemannian.py)
     #: Riemannian HMC moves on each new surrogate alone that set its step size.
     riemannian_warm_up: int = 40
+    # --- far proposals (base.py's stat, kernels/tail_jumps.py)
+    #: A model evaluation this many sds (per coordinate, in the chain's frame) from every
+    #: state evaluated before is a far proposal (stat ``far_proposals``): nothing the
+    #: surrogate learnt reaches there, and a solver there often fails. The tail jumps'
+    #: Cauchy proposals are cut at this whitened distance (uncut, one coordinate in 30
+    #: lands beyond it; on N(0, I) the heavy-tail check's trials reached 80 sds).
+    far_sd: float = 20.0
     # --- tail jumps (kernels/tail_jumps.py, core/tail_jumps.py)
     #: Share of a heavy-tailed chain's draws that are tail jumps.
     tail_jump_probability: float = 0.2

@@ -24,6 +24,22 @@ def test_log_density_is_the_product_cauchy_up_to_a_constant():
     assert np.allclose(jumps.log_density(q) - exact, (jumps.log_density(q) - exact)[0])
 
 
+def test_cut_jumps_stay_within_their_radius_and_have_no_density_beyond():
+    """The cut: every proposal within the whitened radius (uncut, about 6% of 2-d
+    product-Cauchy draws lie beyond 20), the density unchanged inside, -inf outside."""
+    scale = Whitening(np.array([1.0, -2.0]), np.array([3.0, 0.5]))
+    cut, uncut = CauchyJumps(scale, radius=20.0), CauchyJumps(scale)
+    q = cut.draw(np.random.default_rng(2), size=20000)
+    assert np.linalg.norm(scale.to_white(q), axis=1).max() <= 20.0
+    wide = uncut.draw(np.random.default_rng(2), size=20000)
+    assert (np.linalg.norm(scale.to_white(wide), axis=1) > 20.0).mean() > 0.04
+    inside = q[:5]
+    assert np.allclose(cut.log_density(inside), uncut.log_density(inside))
+    far = scale.from_white(np.array([[25.0, 0.0]]))
+    assert cut.log_density(far)[0] == -np.inf and np.isfinite(uncut.log_density(far)[0])
+    assert cut.draw(np.random.default_rng(3)).shape == (2,)
+
+
 def test_a_target_equal_to_the_proposal_is_always_accepted_and_its_mass_is_the_cauchy_tail():
     jumps = CauchyJumps(Whitening.identity(1))
     rng = np.random.default_rng(1)

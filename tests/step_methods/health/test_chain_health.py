@@ -124,3 +124,41 @@ def test_a_pseudo_marginal_chain_is_judged_on_its_own_scale(caplog):
         pm.sample(step=NeverMovesNoisy(tail_jumps=0), cores=1, **{**run, "draws": 1050})
     assert len([m for m in _messages(caplog) if "rejected its last 1000 draws" in m]) == 1
     assert len([m for m in _messages(caplog) if "effective sample size of" in m]) == 1
+
+
+def test_a_proposal_is_far_only_beyond_twenty_sds_of_every_evaluated_state():
+    from pymc_surrogate.step_methods.health.chain_health import is_far
+
+    positions = np.array([[0.0, 0.0], [10.0, 0.0]])
+    scale = np.array([1.0, 0.1])
+    assert not is_far(np.array([29.0, 0.0]), positions, scale, 20.0)  # 19 sds from the second
+    assert is_far(np.array([31.0, 0.0]), positions, scale, 20.0)
+    assert is_far(np.array([0.0, 2.01]), positions, scale, 20.0)  # the narrow axis
+    assert not is_far(np.array([5.0, 0.0]), positions[:0], scale, 20.0)  # nothing to compare
+
+
+
+def test_far_proposals_counts_proposals_far_from_every_evaluated_state(monkeypatch):
+    """A sound Gaussian run proposes nothing far (stat ``far_proposals`` 0); a step that
+    also evaluates a proposal 1000 sds out at each draw has each one counted."""
+    from pymc_surrogate import SurrogateHMC
+
+    sample = dict(draws=100, tune=300, chains=1, cores=1, progressbar=False, random_seed=3,
+                  compute_convergence_checks=False)
+    with pm.Model():
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        sound = pm.sample(step=SurrogateHMC(), **sample)
+    assert int(sound.sample_stats.far_proposals.values[0, -1]) == 0
+
+    transition = SurrogateHMC._surrogate_step
+
+    def also_far_in_the_draws(self, chain, current, record=True):
+        if chain.frozen:
+            self._evaluate(chain, current.q + 1000.0, with_grad=False)
+        return transition(self, chain, current, record)
+
+    monkeypatch.setattr(SurrogateHMC, "_surrogate_step", also_far_in_the_draws)
+    with pm.Model():
+        pm.Normal("x", 0.0, 1.0, shape=2)
+        broken = pm.sample(step=SurrogateHMC(tail_jumps=0), **sample)
+    assert int(broken.sample_stats.far_proposals.values[0, -1]) >= 100
