@@ -65,7 +65,8 @@ def fit(path: str, tune: int, draws: int, seed: int) -> None:
 def replay(path: str, moves: int, seed: int) -> tuple[np.ndarray, float]:
     """``moves`` moves from the fit's last state; returns (positions | stats, seconds)."""
     from pymc_surrogate.core.jitter import jittered_trajectory
-    from pymc_surrogate.core.riemannian import geometry, in_frame, riemannian_move, tempered3
+    from pymc_surrogate.core.riemannian import riemannian_move
+    from pymc_surrogate.core.softabs import geometry, in_frame, tempered3
     from pymc_surrogate.surrogates.curvature import random_network_derivatives
 
     with open(path, "rb") as handle:

@@ -75,7 +75,8 @@ from benchmarks.models import build_model  # noqa: E402
 from benchmarks.models.elliptic_pde import _K_REF, EllipticPDEProblem  # noqa: E402
 from benchmarks.models.logistic import simulate_logistic_data  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
-from pymc_surrogate.core.riemannian import geometry, riemannian_move  # noqa: E402
+from pymc_surrogate.core.riemannian import riemannian_move  # noqa: E402
+from pymc_surrogate.core.softabs import geometry  # noqa: E402
 from pymc_surrogate.surrogates.third_derivatives import RankOneCubes  # noqa: E402
 
 RUNS = ("NUTS", "RMHMC", "RNS-HMC", "RNS-RMHMC")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from pymc.stats.convergence import SamplerWarning
 from rich.progress import TextColumn
 from rich.table import Column
 
-__all__ = ["STATS", "progressbar_config", "progressbar_update_functions"]
+__all__ = ["STATS", "draw_stats", "progressbar_config", "progressbar_update_functions"]
 
 STATS = {
     "accept": (np.float64, []),
@@ -31,6 +33,7 @@ STATS = {
     "failed_fits": (np.int64, []),
     # the chain's model evaluations so far that raised or gave NaN / +inf (each a rejection)
     "eval_failures": (np.int64, []),
+    # ... and that lay far from every state evaluated before (``Tuning.far_sd``)
     "far_proposals": (np.int64, []),
     "diverging_total": (np.int64, []),
     "surrogate_temperature": (np.float64, []),
@@ -39,6 +42,40 @@ STATS = {
     "perf_counter_start": (np.float64, []),
     "warning": (SamplerWarning, None),
 }
+
+
+def draw_stats(info, chain, model_evals: int, gradient_evals: int, *, surrogate: bool,
+               fallback: bool, jumping: bool, divergences: int, warning, start: float) -> dict:
+    """The ``STATS`` of one draw (the coverage's and the step class's own are added by the
+    step): its transition ``info``, the chain's counts, and this draw's evaluations."""
+    counts = chain.counts
+    return {
+        "accept": info.accept_prob,
+        "accepted": float(info.accepted),
+        "diverging": bool(info.diverging),
+        "energy": info.energy,
+        "energy_error": info.energy_error,
+        "surrogate_energy_error": info.surrogate_energy_error,
+        "step_size": info.step_size,
+        "n_steps": info.n_steps,
+        "model_logp": np.nan if chain.current_approximate else -chain.current.potential,
+        "model_evals": model_evals,
+        "gradient_evals": gradient_evals,
+        "total_model_evals": counts.logp_evals,
+        "total_gradient_evals": counts.grad_evals,
+        "training_size": len(chain.training),
+        "uses_surrogate": surrogate,
+        "fallback": fallback,
+        "tail_jump": jumping,
+        "surrogate_fits": counts.fits,
+        "failed_fits": counts.failed_fits,
+        "eval_failures": counts.eval_failures,
+        "far_proposals": counts.far_proposals,
+        "diverging_total": divergences,
+        "perf_counter_diff": time.perf_counter() - start,
+        "perf_counter_start": start,
+        "warning": warning,
+    }
 
 
 def progressbar_config(n_chains=1):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_surrogate.surrogates.data import TrainingData
 from pymc_surrogate.surrogates.features import (
     QUADRATIC_LEVELS,
     PolynomialFeatures,
     RandomFeatures,
     polynomial_size,
 )
-from pymc_surrogate.surrogates.data import TrainingData
 from pymc_surrogate.surrogates.online import OnlineLinearWeights, RecursiveLeastSquares
 from pymc_surrogate.surrogates.quadratic import (
     CURVATURE_FLOOR,
@@ -18,7 +18,7 @@ from pymc_surrogate.surrogates.quadratic import (
     fit_proper,
     positive_definite,
 )
-from pymc_surrogate.surrogates.ridge import NormalEquations
+from pymc_surrogate.surrogates.ridge import NormalEquations, squared_error
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["RandomNetworkSurrogate"]
@@ -239,11 +239,11 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
                     self.min_alpha, fold_solution.free_inverse,
                 )
                 held_design, held_target = design[n_fold:], target[n_fold:]
-                drop = _squared_error(held_design, held_target, fold_coef) >= _squared_error(
+                drop = squared_error(held_design, held_target, fold_coef) >= squared_error(
                     held_design[:, :n_free], held_target, fold_base
                 )
             else:  # the nodes asked for, unless the solve broke down numerically
-                drop = _squared_error(design, target, coef) > _squared_error(
+                drop = squared_error(design, target, coef) > squared_error(
                     design[:, :n_free], target, base_coef
                 )
             if drop:
@@ -396,8 +396,3 @@ class RandomNetworkSurrogate(OnlineLinearWeights):
                 values = values + self.hidden_.values(white) @ self._node_coef
         excess = np.maximum(np.sqrt(np.einsum("ni,ni->n", white, white)) - self.trust_radius_, 0.0)
         return values + 0.5 * excess**2
-
-
-def _squared_error(design: np.ndarray, target: np.ndarray, coef: np.ndarray) -> float:
-    residual = target - design @ coef
-    return float(residual @ residual) if np.all(np.isfinite(residual)) else np.inf

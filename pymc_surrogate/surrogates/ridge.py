@@ -11,6 +11,7 @@ __all__ = [
     "NormalEquations",
     "RidgeSolution",
     "solve_partially_penalised_ridge",
+    "squared_error",
     "solve_ridge",
 ]
 
@@ -196,3 +197,9 @@ def solve_ridge(
         coef_free / norms[:p], weights / norms[p:], chosen, gcv, gram, rhs, penalty, norms, dof,
         (g_ff_inv, rank),
     )
+
+
+def squared_error(design: np.ndarray, target: np.ndarray, coef: np.ndarray) -> float:
+    """The residual sum of squares of ``coef`` on ``(design, target)`` (inf if not finite)."""
+    residual = target - design @ coef
+    return float(residual @ residual) if np.all(np.isfinite(residual)) else np.inf

@@ -131,7 +131,7 @@ def pull_back(third, matrix: np.ndarray) -> list:
 
 class DiagonalDerivative(NamedTuple):
     """``T[i, k, l] = delta_kl D[i, k]``: the derivative of a diagonal metric source
-    (``core.riemannian.diagonal_field``), ``D[i, k] = d H_kk / d q_i``."""
+    (``core.softabs.diagonal_field``), ``D[i, k] = d H_kk / d q_i``."""
 
     matrix: np.ndarray  # (d, d): D
 

@@ -7,15 +7,9 @@ import pytest
 import scipy.stats
 
 from pymc_surrogate.compat import bulk_ess
-from pymc_surrogate.core import riemannian
-from pymc_surrogate.core.riemannian import (
-    framed,
-    geometry,
-    hamiltonian,
-    leapfrog_step,
-    riemannian_move,
-    softabs,
-)
+from pymc_surrogate.core import riemannian, softabs as softabs_geometry
+from pymc_surrogate.core.riemannian import hamiltonian, leapfrog_step, riemannian_move
+from pymc_surrogate.core.softabs import framed, geometry, softabs
 from pymc_surrogate.surrogates.third_derivatives import RankOneCubes, SymmetrisedOuter, pull_back
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -190,8 +184,8 @@ def test_each_parts_kinetic_contraction_is_its_rows_times_u():
     parts = [RankOneCubes(rng.standard_normal(s), rng.standard_normal((s, d))),
              SymmetrisedOuter(rng.standard_normal(d), root @ root.T),
              rng.standard_normal((d, d, d))]
-    rotated = riemannian.rotate(parts, eigvecs)
-    rotated.append(riemannian.diagonal_derivative(parts).rotated(np.eye(d)))
+    rotated = softabs_geometry.rotate(parts, eigvecs)
+    rotated.append(softabs_geometry.diagonal_derivative(parts).rotated(np.eye(d)))
     for part in rotated:
         np.testing.assert_allclose(part.kinetic(divided, u), part.rows(divided, u) @ u,
                                    rtol=1e-12, atol=1e-12)
@@ -200,7 +194,7 @@ def test_each_parts_kinetic_contraction_is_its_rows_times_u():
 def test_divided_differences_average_the_derivative_where_eigenvalues_meet():
     lam = np.array([-2.0, 0.5, 0.5 + 1e-13, 3.0])
     f, df = softabs(lam, ALPHA)
-    divided = riemannian._divided_differences(lam, f, df)
+    divided = softabs_geometry._divided_differences(lam, f, df)
     assert divided[1, 2] == divided[2, 1] == 0.5 * (df[1] + df[2])
     np.testing.assert_array_equal(np.diag(divided), df)
     assert divided[0, 3] == (f[0] - f[3]) / (lam[0] - lam[3])
@@ -209,7 +203,7 @@ def test_divided_differences_average_the_derivative_where_eigenvalues_meet():
     gap = apart[:, None] - apart[None, :]
     expected = np.where(np.eye(4, dtype=bool), df[:, None],
                         (f[:, None] - f[None, :]) / np.where(gap == 0, 1.0, gap))
-    np.testing.assert_array_equal(riemannian._divided_differences(apart, f, df), expected)
+    np.testing.assert_array_equal(softabs_geometry._divided_differences(apart, f, df), expected)
 
 
 def test_framed_field_reuses_the_pulled_back_cubes_only_while_they_are_the_same():
@@ -287,7 +281,7 @@ def test_pulled_back_structured_parts_are_the_pulled_back_dense_tensors():
 
 
 # ------------------------------------------------------------ the diagonal form
-DIAGONAL_FUNNEL = riemannian.diagonal_field(funnel)
+DIAGONAL_FUNNEL = softabs_geometry.diagonal_field(funnel)
 
 
 @pytest.mark.parametrize("alpha", [0.5, 1e6])
