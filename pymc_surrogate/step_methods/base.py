@@ -50,8 +50,8 @@ from pymc_surrogate.step_methods.health.chain_health import (
     ChainHealth,
     centred_variables,
     coordinate_names,
-    is_far,
 )
+from pymc_surrogate.step_methods.health.far_proposals import FarProposals
 from pymc_surrogate.step_methods.kernels.surrogate_kernel import SurrogateKernel
 from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
 from pymc_surrogate.step_methods.part import ChainPart
@@ -148,6 +148,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         )
         self.evaluator = Evaluator(self.functions, layout, owner, self.health.warn)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self.far = FarProposals(self.dim, self.tuning.far_sd)
         self.target_accept = target_accept
         self.path_length = path_length = kernel.path_length
         self.dense_mass = kernel.dense_mass
@@ -561,6 +562,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
                                 chain.counts.grad_evals - grad_before,
                                 surrogate=not (exploring or jumping), fallback=fallback,
                                 jumping=jumping, divergences=self.health.divergences,
+                                far_proposals=self.far.count,
                                 warning=warning, start=start),
             **self.coverage.stats(not (exploring or jumping), self._tuning_now(chain)),
             **self._extra_stats(chain),
@@ -626,15 +628,8 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         return point
 
     def _count_far(self, chain: ChainState, q: np.ndarray) -> None:
-        """A proposal far from every evaluated state, once the chain has a frame (stat
-        ``far_proposals``, ``health/chain_health.py``)."""
-        frame = chain.whitening
-        if frame is None or len(chain.training) == 0:
-            return
-        chol = frame.chol[: self.dim]
-        scale = np.sqrt(np.sum(chol[:, : self.dim] ** 2, axis=1)) if frame.dense else chol
-        if is_far(q, chain.training.positions[:, : self.dim], scale, self.tuning.far_sd):
-            chain.counts.far_proposals += 1
+        """A proposal far from every evaluated state (``health/far_proposals.py``)."""
+        self.far.check(q, chain.training.positions, chain.whitening)
 
     def _keep(self, chain: ChainState, point: ChainPoint, record: bool = True) -> None:
         """A finite evaluation goes into the store and, as training data, to the chain."""

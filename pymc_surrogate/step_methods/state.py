@@ -31,7 +31,6 @@ class Counts:
     failed_fits: int = 0  # fits or online updates skipped for a numerical failure
     adaptations: int = 0  # online surrogates: switches to newly learned weights
     eval_failures: int = 0  # model evaluations that raised or gave NaN / +inf (rejections)
-    far_proposals: int = 0  # evaluations far from every state evaluated before (FAR_SD)
 
 
 @dataclass
@@ -98,6 +97,7 @@ class SurrogateStepState(StepMethodState):
     draw_bound: Any
     coverage: Any
     health: Any
+    far: Any
     sharing: Any
     surrogate_tuning: Any
     kernel: Any

@@ -45,7 +45,8 @@ STATS = {
 
 
 def draw_stats(info, chain, model_evals: int, gradient_evals: int, *, surrogate: bool,
-               fallback: bool, jumping: bool, divergences: int, warning, start: float) -> dict:
+               fallback: bool, jumping: bool, divergences: int, far_proposals: int, warning,
+               start: float) -> dict:
     """The ``STATS`` of one draw (the coverage's and the step class's own are added by the
     step): its transition ``info``, the chain's counts, and this draw's evaluations."""
     counts = chain.counts
@@ -70,7 +71,7 @@ def draw_stats(info, chain, model_evals: int, gradient_evals: int, *, surrogate:
         "surrogate_fits": counts.fits,
         "failed_fits": counts.failed_fits,
         "eval_failures": counts.eval_failures,
-        "far_proposals": counts.far_proposals,
+        "far_proposals": far_proposals,
         "diverging_total": divergences,
         "perf_counter_diff": time.perf_counter() - start,
         "perf_counter_start": start,

@@ -154,7 +154,7 @@ class Tuning:
     #: Riemannian HMC moves on each new surrogate alone that set its step size.
     riemannian_warm_up: int = 40
     # --- far proposals (base.py's stat, kernels/tail_jumps.py)
-    #: A model evaluation this many sds (per coordinate, in the chain's frame) from every
+    #: A model evaluation this far (Mahalanobis distance in the chain's frame) from every
     #: state evaluated before is a far proposal (stat ``far_proposals``): nothing the
     #: surrogate learnt reaches there, and a solver there often fails. The tail jumps'
     #: Cauchy proposals are cut at this whitened distance (uncut, one coordinate in 30

@@ -63,13 +63,19 @@ class GridField:
         the step size to 5e-4 and the chains out of the box, 256 model gradients a tuning
         iteration for 600 iterations). Within ``BLEND_DEPTH`` box standard deviations of
         the box the field blends from the face's continuation to the model (smoothstep
-        weight), so the potential is continuous; beyond, it is the model's.
+        weight), so the potential is continuous; beyond, it is the model's, out to
+        ``Tuning.far_sd`` box sds, past which a trajectory diverges without evaluating the
+        model: on arma11 a tuning trajectory reached 53 sds from every evaluated state
+        (a solver there would likely fail; the box holds the posterior to ``k`` sds).
         """
-        point = self._evaluate(chain, q, with_grad=True, record=False)
         transform = self.grid_.transform
         u = q if transform is None else transform.to_box(q)
         out = (u - np.clip(u, self._box_lower, self._box_upper)) / self._box_sd
-        depth = float(np.sqrt(out @ out)) / BLEND_DEPTH
+        distance = float(np.sqrt(out @ out))
+        if distance > self.tuning.far_sd:
+            return np.inf, np.zeros_like(q)
+        point = self._evaluate(chain, q, with_grad=True, record=False)
+        depth = distance / BLEND_DEPTH
         if depth >= 1.0 or not np.isfinite(point.potential):
             return point.potential, point.grad
         value, grad = self._continuation(q)

@@ -26,7 +26,7 @@ from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.core.types import TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart
 
-__all__ = ["ChainHealth", "centred_variables", "coordinate_names", "is_far"]
+__all__ = ["ChainHealth", "centred_variables", "coordinate_names"]
 
 #: Consecutive rejected draws that make a chain "stuck" (at acceptance 0.2, the chance of
 #: this many in a row is 2e-10).
@@ -36,15 +36,6 @@ STUCK_DRAWS = 100
 FIRST_CHECK = 100
 #: Share of draws on the exact fallback kernel above which the surrogate is not working.
 MAX_FALLBACK_SHARE = 0.5
-def is_far(q: np.ndarray, positions: np.ndarray, scale: np.ndarray, limit: float) -> bool:
-    """Whether ``q`` lies more than ``limit`` from every row of ``positions``, in the
-    Euclidean distance of coordinates divided by ``scale`` (per-coordinate sds): a far
-    proposal (stat ``far_proposals``, ``Tuning.far_sd``)."""
-    if positions.shape[0] == 0:
-        return False
-    return bool(np.min(np.sum(((positions - q) / scale) ** 2, axis=1)) > limit**2)
-
-
 #: Mean acceptance of the surrogate kernel's correction below which the surrogate is poor.
 MIN_SURROGATE_ACCEPTANCE = 0.1
 #: Draws after which a chain's effective sample size is judged ...

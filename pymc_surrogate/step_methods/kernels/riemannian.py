@@ -15,7 +15,10 @@ import numpy as np
 from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.core.jitter import jittered_trajectory
-from pymc_surrogate.core.riemannian import riemannian_move, riemannian_surrogate_transition
+from pymc_surrogate.core.riemannian import (
+    riemannian_move,
+    riemannian_surrogate_transition,
+)
 from pymc_surrogate.core.softabs import geometry, in_frame, tempered3
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart

@@ -126,16 +126,23 @@ def test_a_pseudo_marginal_chain_is_judged_on_its_own_scale(caplog):
     assert len([m for m in _messages(caplog) if "effective sample size of" in m]) == 1
 
 
-def test_a_proposal_is_far_only_beyond_twenty_sds_of_every_evaluated_state():
-    from pymc_surrogate.step_methods.health.chain_health import is_far
+def test_a_proposal_is_far_only_beyond_twenty_of_the_frames_distance_from_every_state():
+    """The Mahalanobis distance of the frame to the nearest evaluated state: along a
+    correlation a point can be near in each coordinate's sds and still far."""
+    from pymc_surrogate.step_methods.health.far_proposals import FarProposals
+    from pymc_surrogate.surrogates.whitening import Whitening
 
-    positions = np.array([[0.0, 0.0], [10.0, 0.0]])
-    scale = np.array([1.0, 0.1])
-    assert not is_far(np.array([29.0, 0.0]), positions, scale, 20.0)  # 19 sds from the second
-    assert is_far(np.array([31.0, 0.0]), positions, scale, 20.0)
-    assert is_far(np.array([0.0, 2.01]), positions, scale, 20.0)  # the narrow axis
-    assert not is_far(np.array([5.0, 0.0]), positions[:0], scale, 20.0)  # nothing to compare
-
+    frame = Whitening(np.zeros(2), np.linalg.cholesky(np.array([[1.0, 0.99], [0.99, 1.0]])))
+    positions = np.zeros((1, 2))
+    far = FarProposals(2, limit=20.0)
+    far.check(np.array([15.0, 15.0]), positions, frame)  # along the correlation: 15.1
+    assert far.count == 0
+    far.check(np.array([2.0, -2.0]), positions, frame)  # across it: 28.3
+    assert far.count == 1
+    far.check(np.array([2.0, -2.0]), np.vstack([positions, [[1.5, -1.5]]]), frame)
+    assert far.count == 1  # a new state near it
+    far.check(np.array([50.0, 0.0]), positions, None)  # no frame yet: nothing counted
+    assert far.count == 1
 
 
 def test_far_proposals_counts_proposals_far_from_every_evaluated_state(monkeypatch):
