@@ -73,6 +73,7 @@ from pymc_surrogate.step_methods.warmup.exploration import (
     ModelAccess,
     default_explore_steps,
     draw_prior,
+    prior_scale,
 )
 
 __all__ = ["SurrogateStep", "ChainState"]
@@ -166,6 +167,10 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             self.explore_tries if self.explore_executor is not None else None,
             self.pseudo_marginal, self.tuning,
         )
+        if self.functions.finite_difference:
+            # Central differences relative to each coordinate's prior sd, where there is one
+            scale = prior_scale(model, [v.name for v in self.vars], self.dim)
+            self.functions.difference_scale = self.exploration.difference_scale = scale
         # PyMC keeps the constructor's arguments to rebuild the step when unpickling
         # (BlockedStep.__new__, which skips __init__; the state restores the rest): the
         # executor stays out of them, as out of the state.
