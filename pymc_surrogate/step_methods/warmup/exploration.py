@@ -107,9 +107,13 @@ class Exploration(ChainPart):
         self.tries = tries
         self.pseudo_marginal = pseudo_marginal
         self.tuning = tuning
-        #: Each coordinate's scale when the gradients are finite differences (the climb's
-        #: Hessian steps are relative to it), else None.
+        #: When the gradients are finite differences: each coordinate's scale (the
+        #: climb's Hessian steps are relative to it, None: 1), their rounding (a point ->
+        #: per coordinate), and what to do with coordinates whose curvature the climb's
+        #: differences could not resolve (their indices and the climb's end); else None.
         self.difference_scale = None
+        self.difference_rounding = None
+        self.on_unresolved = None
         self.reset()
 
     def reset(self) -> None:
@@ -275,8 +279,12 @@ class Exploration(ChainPart):
     def _climb(self, current: ChainPoint, access: ModelAccess, kernel,
                rng: np.random.Generator) -> ChainPoint:
         """The climb to the mode (``mode_climb.py``); its probe starts a dense metric."""
+        unresolved: list[int] = []
         current, probe = climb_to_mode(current, lambda q: access.evaluate(q, True),
-                                       access.diagnose, self.tuning, self.difference_scale)
+                                       access.diagnose, self.tuning, self.difference_scale,
+                                       self.difference_rounding, unresolved)
+        if unresolved and self.on_unresolved is not None:
+            self.on_unresolved(unresolved, current)
         if probe is None:
             return current
         self.probe = probe
