@@ -328,14 +328,14 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
                           for i in coordinates)
         self._warn(
             self.chain, WarningType.BAD_PARAMS,
-            f"finite differences of the logp could not resolve its curvature in {which}: "
-            f"even steps as long as the coordinate's scale change the gradient by less "
-            f"than the differences' rounding (the logp is {-point.potential:.3g} there, "
-            "and its rounding is relative to that size). Parameters on very different "
-            "scales, or a logp with a large constant, do this; the mode's Laplace "
-            "approximation is set aside, and the draws of these coordinates may have the "
-            "wrong spread. Give the model a gradient, priors on the parameters' own "
-            "scales, or parameters rescaled to similar sizes.",
+            f"finite differences of the logp could not resolve its curvature in {which} "
+            f"at the climb's end: even steps a million times the first change the gradient "
+            f"by less than the differences' rounding (the logp is {-point.potential:.3g} "
+            "there, and its rounding is relative to that size). Parameters on very "
+            "different scales, or a logp with a large constant, do this; the mode's "
+            "Laplace approximation is set aside, and the draws of these coordinates may "
+            "have the wrong spread. Give the model a gradient, priors on the parameters' "
+            "own scales, or parameters rescaled to similar sizes.",
         )
 
     def _draw_prior(self, n: int) -> np.ndarray:

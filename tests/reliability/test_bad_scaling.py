@@ -23,7 +23,13 @@ from pymc_surrogate import (
     VariationalHMC,
 )
 from tests.conftest import BlackBoxGaussianLogp
-from tests.reliability.helpers import assert_healthy, assert_moments, sample
+from tests.reliability.helpers import (
+    assert_healthy,
+    assert_moments,
+    recorded_warnings,
+    sample,
+    warning_messages,
+)
 
 GRADIENT_FREE = [SurrogateHMC, AdaptiveSurrogateHMC, KernelHMC, SparseGridHMC]
 
@@ -81,3 +87,38 @@ def test_finite_differences_on_badly_scaled_priors():
                        draws=1000)
     assert_healthy(idata)
     assert_moments(idata, "x", np.zeros(2), sds)
+
+
+def _black_box_with_a_constant(sds, constant) -> pm.Model:
+    """The black box of ``_black_box`` with ``-constant`` added to its logp, started at
+    the mode: a pm.Flat gives no prior scale, and the logp's size sets the rounding of
+    its differences."""
+    sds = np.asarray(sds, dtype=float)
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=sds.size, initval=np.zeros(sds.size))
+        pm.Potential("lik", BlackBoxGaussianLogp(np.zeros(sds.size), np.diag(sds**2))(x)
+                     - constant)
+    return model
+
+
+def test_finite_differences_on_a_badly_scaled_black_box_with_a_constant():
+    """sds 1e3 and 1e-3, logp offset by -100: the wide coordinate's curvature moves the
+    differenced gradient by 1e-12 over a step of 1e-6, below its rounding (4e-9); steps
+    grown until it is resolved give the climb its Laplace approximation (with steps of
+    1e-6, sd 0.14 of the truth, R-hat 1.06)."""
+    sds = np.array([1e3, 1e-3])
+    with _black_box_with_a_constant(sds, 100.0):
+        idata = sample(VariationalHMC(use_gradient="finite_difference"), tune=1000,
+                       draws=1000)
+    assert_healthy(idata)
+    assert_moments(idata, "x", np.zeros(2), sds)
+
+
+def test_finite_differences_that_cannot_resolve_the_curvature_say_so():
+    """The same with the logp offset by -1e4: no step up to a million times the first
+    resolves the curvature, and a warning names the coordinate and the reason (no
+    silently wrong sd)."""
+    with _black_box_with_a_constant([1e3, 1e-3], 1e4), recorded_warnings() as caught:
+        sample(VariationalHMC(use_gradient="finite_difference"), tune=50, draws=20)
+    told = warning_messages(caught, "could not resolve its curvature")
+    assert told and "`x[0]`" in told[0] and "`x[1]`" not in told[0], told

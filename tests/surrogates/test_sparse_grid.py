@@ -432,7 +432,7 @@ def test_principal_box_of_badly_scaled_coordinates(scale):
     coordinate's box 100 times too wide at 1e4, and at 1e6 the box's axes (condition
     number 1e12) were refused as not invertible."""
     sds = np.array([scale, 1.0 / scale])
-    domain, transform = principal_box(np.zeros(2), np.diag(sds**2), k=3.0)
+    _, transform = principal_box(np.zeros(2), np.diag(sds**2), k=3.0)
     np.testing.assert_allclose(np.abs(transform.axes).max(axis=1), sds, rtol=1e-9)
     np.testing.assert_allclose(transform.axes @ transform.axes.T, np.diag(sds**2),
                                rtol=1e-9, atol=1e-9 * sds.min() ** 2)

@@ -137,7 +137,7 @@ def test_walk_back_needs_a_positive_hessian_diagonal():
 
     start, end = (ChainPoint(np.full(2, v), p, np.zeros(2)) for v, p in ((1.0, 0.6), (0.0, 0.5)))
     hessians = {1.0: np.diag([-1e-12, 1.0]), 0.0: np.eye(2)}
-    diagnose = lambda q: ChainPoint(q, 0.0, np.zeros(2))  # noqa: E731
+    diagnose = lambda q: ChainPoint(q, 0.0, np.zeros(2))
     original = mode_climb._hessian
     try:
         mode_climb._hessian = lambda point, evaluate, scale=None: hessians[point.q[0]]
