@@ -140,7 +140,7 @@ def test_walk_back_needs_a_positive_hessian_diagonal():
     diagnose = lambda q: ChainPoint(q, 0.0, np.zeros(2))
     original = mode_climb._hessian
     try:
-        mode_climb._hessian = lambda point, evaluate, scale=None: hessians[point.q[0]]
+        mode_climb._hessian = lambda point, *args: hessians[point.q[0]]
         point, _ = mode_climb._where_the_mass_is([start, end], np.eye(2), diagnose)
         assert point is end
         hessians[1.0] = np.diag([1e-12, 1.0])  # the same |det|, positive: it wins
