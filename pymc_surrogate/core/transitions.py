@@ -219,19 +219,33 @@ def differential_evolution_jump(history: np.ndarray, scale: float, dim: int,
     The jump ``gamma (z1 - z2)`` between two past states adapts the proposal to the
     posterior's scale and correlations without any covariance estimate (ter Braak & Vrugt
     2008). Differences of past states only span the directions the chain has already
-    moved in, so a share of the steps (``isotropic_share``) are isotropic (at the history's
-    mean spread): they let the chain open up directions its history has collapsed in; a
-    history that spans every direction needs none. Without two distinct past states, an
-    isotropic step of size ``scale / 10``.
+    moved in, so a share of the steps (``isotropic_share``) are uncorrelated Gaussian
+    steps, each coordinate's at the history's spread in that coordinate: they let the
+    chain open up directions its history has collapsed in; a history that spans every
+    direction needs none. The small noise added to a difference is per coordinate too.
+    Steps at one spread for all coordinates (their mean) were a random walk's death on a
+    badly scaled posterior: with sds 1e4 and 1e-4, every step moved the narrow coordinate
+    by about 1e7 of its sds. Without two distinct past states, a step of size
+    ``scale / 10`` in every coordinate.
     """
-    spread = float(np.sqrt(np.mean(np.var(history, axis=0)))) if history.shape[0] >= 3 else 0.0
-    if spread > 0 and rng.uniform() < 1.0 - isotropic_share:
+    spread = _coordinate_spread(history) if history.shape[0] >= 3 else None
+    if spread is not None and rng.uniform() < 1.0 - isotropic_share:
         i, j = rng.choice(history.shape[0], size=2, replace=False)
         jump = scale * 2.38 / np.sqrt(2 * dim) * (history[i] - history[j])
         return jump + 1e-3 * scale * spread * rng.standard_normal(dim)
-    if spread > 0:
+    if spread is not None:
         return scale * 2.38 / np.sqrt(dim) * spread * rng.standard_normal(dim)
     return 0.1 * scale * rng.standard_normal(dim)
+
+
+def _coordinate_spread(history: np.ndarray) -> np.ndarray | None:
+    """Each coordinate's sd over ``history``, those without spread given the geometric
+    mean of the others'; None when no coordinate has any."""
+    sd = np.sqrt(np.var(history, axis=0))
+    spread = np.isfinite(sd) & (sd > 0)
+    if not np.any(spread):
+        return None
+    return np.where(spread, sd, np.exp(np.mean(np.log(sd[spread]))))
 
 
 def differential_evolution_transition(

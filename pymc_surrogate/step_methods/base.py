@@ -77,6 +77,7 @@ from pymc_surrogate.step_methods.warmup.exploration import (
     ModelAccess,
     default_explore_steps,
     draw_prior,
+    prior_scale,
 )
 
 __all__ = ["SurrogateStep", "ChainState"]
@@ -171,6 +172,13 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             self.explore_tries if self.explore_executor is not None else None,
             self.pseudo_marginal, self.tuning,
         )
+        if self.functions.finite_difference:
+            # Central differences relative to each coordinate's prior sd, where there is one
+            scale = prior_scale(model, [v.name for v in self.vars], self.dim)
+            self.functions.difference_scale = self.exploration.difference_scale = scale
+            # bound methods, not lambdas: the step pickles into PyMC's worker processes
+            self.exploration.difference_rounding = self._difference_rounding
+            self.exploration.on_unresolved = self._tell_unresolved_curvature
         # PyMC keeps the constructor's arguments to rebuild the step when unpickling
         # (BlockedStep.__new__, which skips __init__; the state restores the rest): the
         # executor stays out of them, as out of the state.
@@ -324,6 +332,27 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
             late_states=lambda: self._late_tuning_states(chain)[0],
             draw_prior=self._draw_prior,
             training=chain.training,
+        )
+
+    def _difference_rounding(self, point: ChainPoint) -> np.ndarray:
+        return self.functions.difference_rounding(point.q, -point.potential)
+
+    def _tell_unresolved_curvature(self, coordinates: list[int], point: ChainPoint) -> None:
+        """Warn that finite differences left no usable curvature for ``coordinates`` at
+        the climb's end ``point`` (``mode_climb._hessian``)."""
+        names = self.health.coordinates
+        which = ", ".join(f"`{names[i]}`" if names and i < len(names) else f"coordinate {i}"
+                          for i in coordinates)
+        self._warn(
+            self.chain, WarningType.BAD_PARAMS,
+            f"finite differences of the logp could not resolve its curvature in {which} "
+            f"at the climb's end: even steps a million times the first change the gradient "
+            f"by less than the differences' rounding (the logp is {-point.potential:.3g} "
+            "there, and its rounding is relative to that size). Parameters on very "
+            "different scales, or a logp with a large constant, do this; the mode's "
+            "Laplace approximation is set aside, and the draws of these coordinates may "
+            "have the wrong spread. Give the model a gradient, priors on the parameters' "
+            "own scales, or parameters rescaled to similar sizes.",
         )
 
     def _draw_prior(self, n: int) -> np.ndarray:

@@ -24,7 +24,7 @@ from pymc_surrogate.step_methods.grid.precompute import (
 from pymc_surrogate.step_methods.settings import GridBox, part_setting
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
-from pymc_surrogate.surrogates.whitening import Whitening
+from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky
 
 __all__ = ["SparseGridHMC", "GridPrecomputeError"]
 
@@ -259,7 +259,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         """The box's Gaussian: mass matrices are estimated relative to it (a ridge
         regression's sd of 3.5e-5 drowned in an absolute regulariser: step size 2e-3,
         256 leapfrog steps a draw, ESS 5)."""
-        return Whitening(self.box_mean_, np.linalg.cholesky(self.box_cov_))
+        return Whitening(self.box_mean_, robust_cholesky(self.box_cov_))
 
     def _dense_chain_scale(self, chain: ChainState) -> bool:
         """``dense_mass="auto"``: dense when the box's Gaussian is strongly correlated (the

@@ -23,7 +23,7 @@ from pymc_surrogate.surrogates.score_network import (
     LaplaceTerm,
     ScoreNetworkSurrogate,
 )
-from pymc_surrogate.surrogates.whitening import Whitening
+from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky
 
 __all__ = ["VariationalHMC"]
 
@@ -199,11 +199,11 @@ class VariationalHMC(SurrogateStep):
         probe = self.exploration.probe
         if probe is not None:
             try:
-                precision = np.linalg.inv(np.linalg.cholesky(probe.cov))
+                precision = np.linalg.inv(probe.factor())
                 precision = precision.T @ precision
                 if np.all(np.isfinite(precision)):
                     return LaplaceTerm(np.asarray(probe.mean, dtype=np.float64), precision)
-            except np.linalg.LinAlgError:
+            except (np.linalg.LinAlgError, ValueError):
                 pass
         scale = chain.whitening
         if scale is None:
@@ -329,8 +329,8 @@ class VariationalHMC(SurrogateStep):
 def _laplace_whitening(laplace: LaplaceTerm, fallback: Whitening) -> Whitening:
     """The whitening of ``N(mode, precision^-1)``, or ``fallback`` if it is not finite."""
     try:
-        chol = np.linalg.cholesky(np.linalg.inv(laplace.precision))
-    except np.linalg.LinAlgError:
+        chol = robust_cholesky(np.linalg.inv(laplace.precision))
+    except (np.linalg.LinAlgError, ValueError):
         return fallback
     if not np.all(np.isfinite(chol)):
         return fallback

@@ -40,8 +40,9 @@ class BoxTransform:
             raise ValueError(f"axes must have shape ({d}, {d}) to match center; got {axes.shape}.")
         if not (np.all(np.isfinite(center)) and np.all(np.isfinite(axes))):
             raise ValueError("center and axes must be finite.")
-        if d and np.linalg.cond(axes) > 1e12:
-            raise ValueError("axes must be an invertible matrix (condition number <= 1e12).")
+        if d and _scaled_condition(axes) > 1e12:
+            raise ValueError("axes must be an invertible matrix (condition number <= 1e12, "
+                             "each coordinate's row scaled to unit length).")
         object.__setattr__(self, "center", center)
         object.__setattr__(self, "axes", axes)
         object.__setattr__(self, "inverse", np.linalg.inv(axes))
@@ -77,8 +78,13 @@ def principal_box(
     ----------
     mean : ndarray of shape (d,)
     cov : ndarray of shape (d, d)
-        Symmetric positive (semi-)definite; eigenvalues below ``1e-12`` of the largest are
-        lifted to it, so that a degenerate direction still gives a thin, invertible box.
+        Symmetric positive (semi-)definite. Where its eigenvalues span more than ``1e12``
+        (coordinates on very different scales, or a degenerate direction), the box's axes
+        are those of the correlation matrix, scaled by each coordinate's sd, and only its
+        eigenvalues below ``1e-12`` of the largest are lifted to it: a degenerate direction
+        still gives a thin, invertible box, and a coordinate with sd 1e-4 next to one with
+        sd 1e4 keeps its own width (a floor on the covariance's eigenvalues widened it a
+        hundredfold).
     k : float
         Half-width in standard deviations.
     """
@@ -91,14 +97,33 @@ def principal_box(
         raise ValueError("mean and cov must be finite.")
     if not np.isfinite(k) or k <= 0:
         raise ValueError(f"k must be a positive number of standard deviations; got {k!r}.")
-    vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
+    cov = 0.5 * (cov + cov.T)
+    vals, vecs = np.linalg.eigh(cov)
     if vals[-1] <= 0:
         raise ValueError("cov must have a positive eigenvalue.")
-    vals = np.maximum(vals, 1e-12 * vals[-1])
+    sd = np.ones(d)
+    if vals[0] <= 1e-12 * vals[-1]:
+        # In the correlation matrix's coordinates: only a degenerate direction is lifted.
+        variance = np.diag(cov)
+        positive = variance > 0
+        sd = np.where(positive, np.sqrt(np.where(positive, variance, 1.0)),
+                      np.sqrt(1e-12 * vals[-1]))
+        vals, vecs = np.linalg.eigh(cov / np.outer(sd, sd))
+        vals = np.maximum(vals, 1e-12 * vals[-1])
     # Each eigenvector's largest entry positive: the same box on every platform.
     signs = np.sign(vecs[np.argmax(np.abs(vecs), axis=0), np.arange(d)])
-    axes = vecs * signs * np.sqrt(vals)
+    axes = sd[:, None] * (vecs * signs * np.sqrt(vals))
     return Domain(np.full(d, -float(k)), np.full(d, float(k))), BoxTransform(mean, axes)
+
+
+def _scaled_condition(axes: np.ndarray) -> float:
+    """Condition number of ``axes`` with each row (a coordinate of ``q``) scaled to unit
+    length: invertibility judged per coordinate, so that a box 1e4 wide in one coordinate
+    and 1e-4 in another (condition number 1e8 as it stands) is not refused for its units."""
+    norms = np.linalg.norm(axes, axis=1)
+    if np.any(norms == 0):
+        return np.inf
+    return float(np.linalg.cond(axes / norms[:, None]))
 
 
 def check_domain(domain: Domain) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pymc_surrogate.surrogates.features import PolynomialFeatures, polynomial_size
-from pymc_surrogate.surrogates.whitening import Whitening
+from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky
 
 __all__ = ["Gaussian", "laplace_at", "laplace_from_values", "within_trust_region"]
 
@@ -43,9 +43,15 @@ class Gaussian(NamedTuple):
     cov: np.ndarray
     quadratic: str
 
+    def factor(self) -> np.ndarray:
+        """A lower-triangular ``L`` with ``L L^T = cov``: the Cholesky factor, or where
+        rounding left ``cov`` indefinite (sds 1e4 and 1e-4 are variances 1e16 apart)
+        the factor of its correlation matrix, scaled by the sds, with eigenvalues below
+        1e-12 of the largest raised to it (``whitening.scaled_cholesky``)."""
+        return robust_cholesky(self.cov)
+
     def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        chol = np.linalg.cholesky(self.cov)
-        return self.mean + rng.standard_normal((size, self.mean.shape[0])) @ chol.T
+        return self.mean + rng.standard_normal((size, self.mean.shape[0])) @ self.factor().T
 
 
 def laplace_from_values(positions: np.ndarray, potentials: np.ndarray,
@@ -181,8 +187,9 @@ def _gaussian(hessian: np.ndarray, linear: np.ndarray, whitening: Whitening,
     mean = whitening.from_white(mode_white[None, :])[0]
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov))):
         return None
+    gaussian = Gaussian(mean, cov, level)
     try:
-        np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
+        gaussian.factor()
+    except (np.linalg.LinAlgError, ValueError):
         return None
-    return Gaussian(mean, cov, level)
+    return gaussian

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-__all__ = ["Whitening"]
+__all__ = ["Whitening", "robust_cholesky", "scaled_cholesky"]
 
 
 @dataclass(frozen=True)
@@ -136,15 +136,48 @@ def _spread(var: np.ndarray) -> np.ndarray:
 
 
 def _cholesky(cov: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factor; eigenvalues lifted to 1e-12 of the largest when rounding
-    made a covariance of points on very different scales indefinite (a random walk's
-    points in an inverse problem with condition number 1e8: the floor on the
-    correlations is lost in the rounding of the largest variance)."""
+    """Lower Cholesky factor; when rounding made a covariance of points on very different
+    scales indefinite (a random walk's points in an inverse problem with condition number
+    1e8: the floor on the correlations is lost in the rounding of the largest variance),
+    the scaled factor of :func:`scaled_cholesky`."""
     try:
         return scipy.linalg.cholesky(cov, lower=True)
     except np.linalg.LinAlgError:
         if not np.all(np.isfinite(cov)):
             raise ValueError("the covariance of the points is not finite") from None
-        vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
-        vals = np.maximum(vals, 1e-12 * max(float(vals.max()), 1e-300))
-        return scipy.linalg.cholesky((vecs * vals) @ vecs.T, lower=True)
+        return scaled_cholesky(cov)
+
+
+def robust_cholesky(cov: np.ndarray) -> np.ndarray:
+    """``numpy.linalg.cholesky(cov)``, or :func:`scaled_cholesky` where rounding left a
+    covariance of coordinates on very different scales indefinite."""
+    try:
+        return np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        return scaled_cholesky(cov)
+
+
+def scaled_cholesky(cov: np.ndarray, floor: float = 1e-12) -> np.ndarray:
+    """A lower-triangular ``L`` with ``L L^T ~ cov`` for a covariance that rounding left
+    indefinite: factored as ``diag(sd) C diag(sd)``, the correlation matrix ``C``'s
+    eigenvalues raised to ``floor`` times its largest.
+
+    The floor acts on the correlations, not on the covariance: coordinates whose sds are
+    1e4 and 1e-4 have variances 1e16 apart, and a floor of 1e-12 on the covariance's
+    eigenvalues widened the narrow one a hundredfold. Coordinates without positive
+    variance take the geometric mean of the others' sds.
+    """
+    cov = 0.5 * (cov + cov.T)
+    if not np.all(np.isfinite(cov)):
+        raise ValueError("the covariance is not finite")
+    sd = _spread(np.maximum(np.diag(cov), 0.0))
+    corr = cov / np.outer(sd, sd)
+    try:
+        chol = scipy.linalg.cholesky(corr, lower=True)
+    except np.linalg.LinAlgError:
+        vals, vecs = np.linalg.eigh(corr)
+        vals = np.maximum(vals, floor * max(float(vals.max()), 1e-300))
+        corr = (vecs * vals) @ vecs.T
+        inv = 1.0 / np.sqrt(np.diag(corr))  # a unit diagonal again
+        chol = scipy.linalg.cholesky(corr * np.outer(inv, inv), lower=True)
+    return sd[:, None] * chol

@@ -140,3 +140,32 @@ def test_surrogate_transition_costs_nothing_when_it_does_not_move():
         true_point(MEAN.copy()), evaluate, never, METRIC, 0.4, 1.5, 1000.0, 3, np.random.default_rng(0)
     )
     assert not calls and info.diverging and info.point.q is not None
+
+
+def test_differential_evolution_steps_are_per_coordinate_on_a_badly_scaled_history():
+    """History sds 1e4 and 1e-4: the uncorrelated steps and the noise on a difference are
+    each coordinate's own size (one spread for both, their mean, moved the narrow
+    coordinate by about 1e7 of its sds a step, and no such step was ever accepted)."""
+    rng = np.random.default_rng(3)
+    sds = np.array([1e4, 1e-4])
+    history = rng.standard_normal((400, 2)) * sds
+    steps = np.array([differential_evolution_jump(history, 1.0, 2, rng, isotropic_share=1.0)
+                      for _ in range(2000)])
+    np.testing.assert_allclose(steps.std(0) / history.std(0), 2.38 / np.sqrt(2), rtol=0.1)
+    # differences of three states, 1e-4 apart in the narrow coordinate: jumps of at most
+    # their size there, plus noise of 1e-3 of its spread (not of 1e4)
+    jumps = np.array([differential_evolution_jump(history[:3], 1.0, 2, rng, isotropic_share=0.0)
+                      for _ in range(500)])
+    largest = 2.38 / 2 * np.ptp(history[:3, 1])
+    assert np.all(np.abs(jumps[:, 1]) < largest + 5e-3 * history[:3, 1].std())
+
+
+def test_differential_evolution_coordinate_without_spread_takes_the_others_scale():
+    rng = np.random.default_rng(4)
+    history = np.column_stack([rng.standard_normal(50) * 1e2, np.full(50, 3.0),
+                               rng.standard_normal(50) * 1e-2])
+    steps = np.array([differential_evolution_jump(history, 1.0, 3, rng, isotropic_share=1.0)
+                      for _ in range(3000)])
+    sd = history.std(0)
+    expected = 2.38 / np.sqrt(3) * np.array([sd[0], np.sqrt(sd[0] * sd[2]), sd[2]])
+    np.testing.assert_allclose(steps.std(0), expected, rtol=0.1)

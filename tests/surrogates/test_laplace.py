@@ -132,3 +132,30 @@ def test_without_the_trust_region_the_fit_is_returned_as_it_is():
     np.testing.assert_allclose(gaussian.cov, np.eye(dim), atol=1e-6)
     clipped = laplace_from_values(points, 0.5 * np.sum(points**2, axis=1))
     assert np.max(np.linalg.eigvalsh(clipped.cov)) < 0.2
+
+
+def test_draws_of_a_badly_scaled_gaussian_that_rounding_left_indefinite():
+    """sds 1e4 and 1e-4, correlation 1 + 1e-12 (rounding of a covariance whose variances
+    are 1e16 apart): no Cholesky factor exists; the draws keep each coordinate's sd."""
+    from pymc_surrogate.surrogates.laplace import Gaussian
+
+    sds = np.array([1e4, 1e-4])
+    cov = np.outer(sds, sds) * np.array([[1.0, 1.0 + 1e-12], [1.0 + 1e-12, 1.0]])
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(cov)
+    gaussian = Gaussian(np.array([1.0, -1.0]), cov, "full")
+    factor = gaussian.factor()
+    np.testing.assert_allclose(np.sqrt(np.diag(factor @ factor.T)), sds, rtol=1e-6)
+    draws = gaussian.draw(np.random.default_rng(0), 4000)
+    np.testing.assert_allclose(draws.std(0) / sds, 1.0, rtol=0.05)
+    np.testing.assert_allclose(np.corrcoef(draws.T)[0, 1], 1.0, atol=1e-4)
+
+
+def test_laplace_from_values_of_a_badly_scaled_quadratic():
+    """sds 1e4 and 1e-4: the fit from values is the quadratic's Gaussian, and it draws."""
+    rng = np.random.default_rng(1)
+    sds = np.array([1e4, 1e-4])
+    points = rng.standard_normal((60, 2)) * sds * 2
+    fit = laplace_from_values(points, 0.5 * np.sum((points / sds) ** 2, axis=1))
+    np.testing.assert_allclose(np.sqrt(np.diag(fit.cov)) / sds, 1.0, rtol=1e-4)
+    assert np.all(np.isfinite(fit.draw(np.random.default_rng(2), 10)))

@@ -423,3 +423,23 @@ def test_fit_checks_the_nodes_and_their_values():
     grid.fit(nodes * (1 + 1e-14), banana(nodes))
     with pytest.raises(ValueError, match="2 entries"):
         grid.value_and_grad(np.zeros(3))
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e6])
+def test_principal_box_of_badly_scaled_coordinates(scale):
+    """sds ``scale`` and ``1 / scale``: the box is ``+-k`` of each coordinate's own sd.
+    A floor on the covariance's eigenvalues (1e-12 of the largest) made the narrow
+    coordinate's box 100 times too wide at 1e4, and at 1e6 the box's axes (condition
+    number 1e12) were refused as not invertible."""
+    sds = np.array([scale, 1.0 / scale])
+    _, transform = principal_box(np.zeros(2), np.diag(sds**2), k=3.0)
+    np.testing.assert_allclose(np.abs(transform.axes).max(axis=1), sds, rtol=1e-9)
+    np.testing.assert_allclose(transform.axes @ transform.axes.T, np.diag(sds**2),
+                               rtol=1e-9, atol=1e-9 * sds.min() ** 2)
+    q = np.array([[2.0 * sds[0], -1.0 * sds[1]]])
+    np.testing.assert_allclose(transform.from_box(transform.to_box(q)), q, rtol=1e-12)
+    # correlated and degenerate: only the degenerate direction is lifted, to a thin box
+    cov = np.outer(sds, sds)
+    _, transform = principal_box(np.zeros(2), cov, k=3.0)
+    np.testing.assert_allclose(np.sqrt(np.diag(transform.axes @ transform.axes.T)), sds,
+                               rtol=1e-6)

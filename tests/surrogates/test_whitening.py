@@ -106,3 +106,27 @@ def test_fewer_points_than_dimensions_give_an_isotropic_frame(dense):
     sd = np.sqrt(np.diag(np.atleast_2d(estimate.covariance)) if dense else estimate.covariance)
     np.testing.assert_allclose(sd, sd[0], rtol=1e-12)
     assert sd[0] > 0.1
+
+
+def test_scaled_cholesky_keeps_each_coordinates_scale():
+    """A floor of 1e-12 on the covariance's eigenvalues widened a coordinate of sd 1e-4
+    next to one of sd 1e4 a hundredfold; on the correlations it keeps it."""
+    from pymc_surrogate.surrogates.whitening import robust_cholesky, scaled_cholesky
+
+    sds = np.array([1e4, 1e-4])
+    cov = np.outer(sds, sds) * np.array([[1.0, 1.0 + 1e-12], [1.0 + 1e-12, 1.0]])
+    for factor in (scaled_cholesky(cov), robust_cholesky(cov)):
+        assert np.allclose(factor, np.tril(factor))
+        np.testing.assert_allclose(np.sqrt(np.diag(factor @ factor.T)), sds, rtol=1e-6)
+    # a well-conditioned covariance: the plain Cholesky factor, unchanged
+    a = np.array([[2.0, 0.3], [0.3, 1.0]])
+    np.testing.assert_array_equal(robust_cholesky(a), np.linalg.cholesky(a))
+    np.testing.assert_allclose(scaled_cholesky(a), np.linalg.cholesky(a), rtol=1e-12)
+
+
+def test_whitening_of_badly_scaled_samples():
+    rng = np.random.default_rng(0)
+    sds = np.array([1e4, 1e-4])
+    samples = rng.standard_normal((500, 2)) * sds
+    whitening = Whitening.from_samples(samples, dense=True)
+    np.testing.assert_allclose(whitening.to_white(samples).std(0), 1.0, rtol=0.02)

@@ -117,8 +117,8 @@ class KernelFit:
         for gaussian in (() if fit is None else
                          (within_trust_region(fit, chain.training.positions), fit)):
             try:
-                candidates.append(Whitening(gaussian.mean.copy(), np.linalg.cholesky(gaussian.cov)))
-            except np.linalg.LinAlgError:
+                candidates.append(Whitening(gaussian.mean.copy(), gaussian.factor()))
+            except (np.linalg.LinAlgError, ValueError):
                 continue
         misfits = [_tempered_misfit(0.5 * np.sum(w.to_white(positions) ** 2, axis=1), potentials)[0]
                    for w in candidates]

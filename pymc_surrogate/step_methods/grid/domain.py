@@ -155,8 +155,8 @@ class GridDomain:
         if laplace is None:
             return None
         try:
-            factor = np.linalg.cholesky(laplace.cov)
-        except np.linalg.LinAlgError:
+            factor = laplace.factor()
+        except (np.linalg.LinAlgError, ValueError):
             return None
         rise = 0.5 * self.k**2
         z = np.linalg.solve(factor, (nodes - laplace.mean).T).T

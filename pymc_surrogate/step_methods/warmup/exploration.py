@@ -31,7 +31,7 @@ from pymc_surrogate.step_methods.tuning import Tuning
 from pymc_surrogate.step_methods.warmup.mode_climb import climb_to_mode
 from pymc_surrogate.surrogates.laplace import laplace_from_values
 
-__all__ = ["Exploration", "ModelAccess", "default_explore_steps", "draw_prior"]
+__all__ = ["Exploration", "ModelAccess", "default_explore_steps", "draw_prior", "prior_scale"]
 
 #: Tuning updates of DE-MCz's scale factor before the draws use its averaged value.
 MIN_SCALE_UPDATES = 50
@@ -107,6 +107,13 @@ class Exploration(ChainPart):
         self.tries = tries
         self.pseudo_marginal = pseudo_marginal
         self.tuning = tuning
+        #: When the gradients are finite differences: each coordinate's scale (the
+        #: climb's Hessian steps are relative to it, None: 1), their rounding (a point ->
+        #: per coordinate), and what to do with coordinates whose curvature the climb's
+        #: differences could not resolve (their indices and the climb's end); else None.
+        self.difference_scale = None
+        self.difference_rounding = None
+        self.on_unresolved = None
         self.reset()
 
     def reset(self) -> None:
@@ -272,8 +279,12 @@ class Exploration(ChainPart):
     def _climb(self, current: ChainPoint, access: ModelAccess, kernel,
                rng: np.random.Generator) -> ChainPoint:
         """The climb to the mode (``mode_climb.py``); its probe starts a dense metric."""
+        unresolved: list[int] = []
         current, probe = climb_to_mode(current, lambda q: access.evaluate(q, True),
-                                       access.diagnose, self.tuning)
+                                       access.diagnose, self.tuning, self.difference_scale,
+                                       self.difference_rounding, unresolved)
+        if unresolved and self.on_unresolved is not None:
+            self.on_unresolved(unresolved, current)
         if probe is None:
             return current
         self.probe = probe
@@ -331,6 +342,35 @@ class Exploration(ChainPart):
                 self.prior_draws = access.draw_prior(10 * self.dim)
             history = np.vstack([self.prior_draws, history])
         return history
+
+
+def prior_scale(model, names: list[str], dim: int, n: int = 200,
+                seed: int = 20261202) -> np.ndarray | None:
+    """Each coordinate's sd under the prior, in the sampler's (transformed) space, from
+    ``n`` prior draws at a fixed seed; None where the prior cannot be sampled
+    (``pm.Flat``, custom densities) or gives no coordinate a spread. Coordinates without
+    spread take the geometric mean of the others'. Finite-difference steps are made
+    relative to it: parameters a million times apart in scale need steps that far apart.
+    """
+    from pymc.initial_point import make_initial_point_fn
+
+    try:
+        draw = make_initial_point_fn(model=model, return_transformed=True,
+                                     overrides={rv: "prior" for rv in model.free_RVs},
+                                     default_strategy="prior")
+        seeds = np.random.default_rng(seed).integers(2**31, size=n)
+        rows = np.array([np.concatenate([np.ravel(draw(int(s))[name]) for name in names])
+                         for s in seeds], dtype=np.float64)
+    except Exception:  # noqa: BLE001 - a prior we cannot draw from: no scale
+        return None
+    rows = rows[np.all(np.isfinite(rows), axis=1)]
+    if rows.shape != (rows.shape[0], dim) or rows.shape[0] < 3:
+        return None
+    sd = rows.std(axis=0)
+    spread = np.isfinite(sd) & (sd > 0)
+    if not np.any(spread):
+        return None
+    return np.where(spread, sd, np.exp(np.mean(np.log(sd[spread]))))
 
 
 def draw_prior(model, names: list[str], dim: int, n: int,

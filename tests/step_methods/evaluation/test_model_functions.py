@@ -70,3 +70,29 @@ def test_nothing_changes_where_numba_is_not_the_default(monkeypatch):
     with _black_box():
         step = SurrogateHMC()
     assert _linker(step) == type(get_default_mode().linker).__name__
+
+
+def test_central_difference_steps_follow_each_coordinates_scale():
+    """``difference_scale``: steps of 6e-6 times the coordinate's scale (or ``|q_i|``, if
+    larger); unset, 6e-6 times ``max(1, |q_i|)``. The gradient of N(0, diag(1e8, 1e-8))
+    is right either way here (a quadratic), and the steps are recorded."""
+    from pymc_surrogate import VariationalHMC
+
+    sds = np.array([1e4, 1e-4])
+    with pm.Model():
+        pm.Normal("x", 0.0, sds, shape=2)
+        functions = VariationalHMC(use_gradient="finite_difference").functions
+    assert functions.finite_difference and functions.difference_scale is not None
+    seen = []
+    logp = functions.logp
+    functions.logp = lambda q: seen.append(np.array(q)) or logp(q)
+    q = np.array([0.5, 0.5]) * sds
+    _, grad = functions.logp_and_grad(q)
+    np.testing.assert_allclose(grad * sds, -0.5, rtol=1e-6)
+    steps = np.abs(seen[0] - q)
+    np.testing.assert_allclose(
+        steps, model_functions.FINITE_DIFFERENCE_STEP * functions.difference_scale * [1, 0],
+        rtol=1e-6, atol=1e-30)
+    with _black_box():  # a pm.Flat: no prior scale, the steps of before
+        flat = VariationalHMC(use_gradient="finite_difference").functions
+    assert flat.difference_scale is None

@@ -90,3 +90,61 @@ def test_climb_still_reaches_an_ill_conditioned_gaussians_mode():
         pm.Normal("x", 0.0, sds, shape=10)
     end, _ = _climb(model, start=np.full(10, 5.0))
     np.testing.assert_allclose(end.q / sds, 0.0, atol=1e-3)
+
+
+def test_prior_scale_is_each_coordinates_prior_sd():
+    from pymc_surrogate.step_methods.warmup.exploration import prior_scale
+
+    with pm.Model() as model:
+        pm.Normal("x", 0.0, np.array([1e4, 1e-4]), shape=2)
+    scale = prior_scale(model, ["x"], 2)
+    np.testing.assert_allclose(scale / [1e4, 1e-4], 1.0, atol=0.2)
+    with pm.Model() as flat:
+        pm.Flat("x", shape=2)
+    assert prior_scale(flat, ["x"], 2) is None  # nothing to learn a scale from
+
+
+def test_hessian_steps_relative_to_the_coordinates_scale():
+    """Gradients by central differences on sds 1e4 and 1e-4 at the mode: steps of 1e-6
+    move the wide coordinate's gradient by 1e-14, below the differences' rounding, and
+    its curvature came out at any sign; steps relative to the scale find it."""
+    from pymc_surrogate.core.types import ChainPoint
+    from pymc_surrogate.step_methods.warmup.mode_climb import _hessian
+
+    sds = np.array([1e4, 1e-4])
+    from pymc_surrogate import VariationalHMC
+
+    with pm.Model():
+        pm.Normal("x", 0.0, sds, shape=2)
+        step = VariationalHMC(use_gradient="finite_difference")
+    functions = step.functions
+    np.testing.assert_allclose(functions.difference_scale / sds, 1.0, atol=0.2)
+
+    def evaluate(q):
+        logp, grad = functions.logp_and_grad(q)
+        return ChainPoint(q, -logp, -grad)
+
+    start = evaluate(np.zeros(2))
+    hessian = _hessian(start, evaluate, functions.difference_scale)
+    np.testing.assert_allclose(np.diag(hessian) * sds**2, 1.0, rtol=1e-3)
+
+
+def test_walk_back_needs_a_positive_hessian_diagonal():
+    """An earlier iterate whose Hessian has a negative diagonal entry (rounding) is no
+    Laplace mass, however small ``|det|`` makes its ``-log|det| / 2``."""
+    from pymc_surrogate.core.types import ChainPoint
+    from pymc_surrogate.step_methods.warmup import mode_climb
+
+    start, end = (ChainPoint(np.full(2, v), p, np.zeros(2)) for v, p in ((1.0, 0.6), (0.0, 0.5)))
+    hessians = {1.0: np.diag([-1e-12, 1.0]), 0.0: np.eye(2)}
+    diagnose = lambda q: ChainPoint(q, 0.0, np.zeros(2))
+    original = mode_climb._hessian
+    try:
+        mode_climb._hessian = lambda point, *args: hessians[point.q[0]]
+        point, _ = mode_climb._where_the_mass_is([start, end], np.eye(2), diagnose)
+        assert point is end
+        hessians[1.0] = np.diag([1e-12, 1.0])  # the same |det|, positive: it wins
+        point, _ = mode_climb._where_the_mass_is([start, end], np.eye(2), diagnose)
+        assert point is start
+    finally:
+        mode_climb._hessian = original
