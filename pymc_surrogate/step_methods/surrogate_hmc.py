@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.adaptation.transport_frame import TransportFrame, frame_setting
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.kernels.riemannian import (
     RIEMANNIAN_STATS,
@@ -18,7 +19,7 @@ from pymc_surrogate.surrogates.whitening import Whitening
 __all__ = ["SurrogateHMC"]
 
 
-class SurrogateHMC(SurrogateStep):
+class SurrogateHMC(TransportFrame, SurrogateStep):
     r"""Hamiltonian Monte Carlo on a random-network surrogate, exactly corrected.
 
     Tuning explores exactly (HMC, or DE-MCz without gradients) and fits a random network
@@ -69,6 +70,16 @@ class SurrogateHMC(SurrogateStep):
         lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1). The moves
         run in the chain's whitened coordinates (the posterior scale of the last fit), so
         the floor ``1 / alpha`` is relative to the posterior's own curvature.
+    frame : {"affine", "triangular"} or TriangularMap
+        The coordinates the surrogate is fitted and the trajectories run in. "affine"
+        (default): the model's own, whitened by the posterior scale. "triangular"
+        (experimental): the reference coordinates ``z`` of a lower-triangular transport
+        map ``q = T(z)`` fitted to the chain's tuning states at each refit and frozen for
+        the draws (``TriangularMap``, or one given with its settings), in which a curved
+        or scale-varying posterior looks close to ``N(0, I)``; the correction uses the
+        true target in ``z``, ``pi(T(z)) |det J_T(z)|``, so the draws ``T(z)`` stay exact.
+        Where the map's held-out capacity choice finds nothing nonlinear, it is the
+        affine frame. Needs the whole model, ``metric="euclidean"`` and no executor.
     target_accept, path_length : float
         Step-size target (HMC on the surrogate alone); longest integration time.
     explore_steps : int or "auto"
@@ -159,9 +170,14 @@ class SurrogateHMC(SurrogateStep):
         n_inner: int | str = "auto",
         metric: str = "euclidean",
         softabs_alpha: float = 1.0,
+        frame="affine",
         **kwargs,
     ):
         check_metric_settings(metric, softabs_alpha)
+        self.frame_estimator = frame_setting(frame, type(self).__name__)
+        if self.frame_estimator is not None and metric != "euclidean":
+            raise ValueError("SurrogateHMC: frame='triangular' runs Euclidean trajectories "
+                             "only (metric='euclidean').")
         self.riemannian = (None if metric == "euclidean"
                            else RiemannianKernel(metric, softabs_alpha, self.tuning))
         if correction not in CORRECTIONS:
@@ -171,6 +187,7 @@ class SurrogateHMC(SurrogateStep):
         super().__init__(vars, **kwargs)
         if self.riemannian is not None:
             self.riemannian.check(self.correction, self.context.dim)
+        self._use_frame()
 
     @property
     def lowers_black_box_draws(self) -> bool:
