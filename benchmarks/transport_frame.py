@@ -79,7 +79,8 @@ def gaussian(d: int, seed: int = 0):
     """A black-box correlated Gaussian (sds 0.5-2, correlations up to ~0.6)."""
     rng = np.random.default_rng(100 + d + seed)
     a = rng.normal(size=(d, d))
-    corr = np.corrcoef(a @ a.T + d * np.eye(d))
+    s = a @ a.T + d * np.eye(d)
+    corr = s / np.sqrt(np.outer(np.diag(s), np.diag(s)))
     sd = np.geomspace(0.5, 2.0, d)
     cov = corr * np.outer(sd, sd)
     mean = rng.normal(size=d)
