@@ -433,12 +433,14 @@ def _fit_regression(inputs: np.ndarray, target: np.ndarray, degree: int,
     value = objective(a, b)
     for _ in range(100):
         w = np.exp(-2.0 * np.clip(psi @ b, -LOG_SCALE_CLIP, LOG_SCALE_CLIP))
-        a = np.linalg.solve((phi.T * w) @ phi / n + np.diag(penalty_m) + jitter,
-                            phi.T @ (w * target) / n)
+        # least squares, not solve: weights exp(-2 eta) up to e^60 make the normal
+        # equations numerically singular where a log-scale runs to its clip
+        a = np.linalg.lstsq((phi.T * w) @ phi / n + np.diag(penalty_m) + jitter,
+                            phi.T @ (w * target) / n, rcond=None)[0]
         r2w = (target - phi @ a)**2 * w
         grad = psi.T @ (1.0 - r2w) / n + penalty_s * b
         hess = (psi.T * (2.0 * r2w)) @ psi / n + np.diag(penalty_s) + 1e-10 * np.eye(b.size)
-        step = np.linalg.solve(hess, grad)
+        step = np.linalg.lstsq(hess, grad, rcond=None)[0]
         for _ in range(30):  # halve the Newton step until the objective does not rise
             trial = b - step
             new = objective(a, trial)
