@@ -458,6 +458,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         """Add the other chains' new evaluations to the chain's training set (in tuning)."""
         rows = None if chain.frozen else self.sharing.read(self.dim, self.context.dim)
         if rows is not None:
+            rows = self._rows_in_frame(chain, rows)
             chain.training.extend(rows.positions, rows.potentials, rows.gradients,
                                   rows.contexts)
 
@@ -664,13 +665,23 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         """A finite evaluation goes into the store and, as training data, to the chain."""
         if not np.isfinite(point.potential):
             return
-        self.sharing.record(point, self.context.values() if self.context.dim else None)
+        self.sharing.record(self._stored_point(chain, point),
+                            self.context.values() if self.context.dim else None)
         if record and self.policy.records(chain.frozen):
             chain.training.append(point.q, point.potential, point.grad, self.context.values())
             self._on_evaluation(chain, point)
 
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
         """Hook: a new finite model evaluation was added to the training set."""
+
+    def _stored_point(self, chain: ChainState, point: ChainPoint) -> ChainPoint:
+        """Hook: ``point`` in the model's coordinates, as the store keeps it (the step's
+        own unless it runs in a learned frame, ``adaptation/transport_frame.py``)."""
+        return point
+
+    def _rows_in_frame(self, chain: ChainState, rows):
+        """Hook: rows read from the store, in the chain's coordinates."""
+        return rows
 
     # ------------------------------------------------------------ PyMC hooks
     @staticmethod
