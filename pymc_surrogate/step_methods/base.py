@@ -76,9 +76,8 @@ from pymc_surrogate.step_methods.warmup.exploration import (
     Exploration,
     ModelAccess,
     default_explore_steps,
-    draw_prior,
-    prior_scale,
 )
+from pymc_surrogate.step_methods.warmup.prior import draw_prior, prior_scale
 
 __all__ = ["SurrogateStep", "ChainState"]
 
@@ -356,7 +355,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         )
 
     def _draw_prior(self, n: int) -> np.ndarray:
-        """``n`` draws that seed the exploration's population (``exploration.draw_prior``)."""
+        """``n`` draws that seed the exploration's population (``warmup/prior.py``)."""
         return draw_prior(self._model, [v.name for v in self.vars], self.dim, n, self.rng)
 
     def _evaluate_batch(self, chain: ChainState, points: np.ndarray) -> list[ChainPoint]:

@@ -21,21 +21,24 @@ The inverse is explicit (``z_k = (y_k - m_k) / s_k``), the forward map sequentia
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import scipy.linalg
 
+from pymc_surrogate.surrogates.heteroscedastic import (
+    LOG_SCALE_MARGIN,
+    feature_derivatives,
+    features,
+    fit_regression,
+    held_out,
+    held_out_loglik,
+    mean_terms,
+    saturate,
+    scale_terms,
+)
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["TriangularMap"]
 
-#: Log-scales this far (nats) beyond the range the states reach saturate smoothly: a
-#: linear log-scale fitted on a funnel's states would otherwise send ``s`` to 0 or to
-#: overflow far outside them, where the map has no data to say what the scale is.
-LOG_SCALE_MARGIN = 1.0
-#: Log-scales are clipped here inside the fit's objective (overflow guard only).
-LOG_SCALE_CLIP = 30.0
 
 
 class TriangularMap:
@@ -113,7 +116,7 @@ class TriangularMap:
         n, dim = states.shape
         if self.max_degree not in (0, 1, 2):
             raise ValueError(f"max_degree must be 0, 1 or 2; got {self.max_degree!r}.")
-        held = _held_out(n, self.holdout)
+        held = held_out(n, self.holdout)
         if self.order == "auto":  # chosen on the standardised states (linear terms see correlations)
             order = self._choose_order(Whitening.from_samples(states, dense=False).to_white(states),
                                        held)
@@ -129,7 +132,7 @@ class TriangularMap:
         degrees, gains, means, scales = [], [], [], []
         for k in range(dim):
             degree, gain = self._choose_degree(y[:, :k], y[:, k], held)
-            a, b = _fit_regression(y[:, :k], y[:, k], degree, self.ridge)
+            a, b = fit_regression(y[:, :k], y[:, k], degree, self.ridge)
             degrees.append(degree)
             gains.append(gain)
             means.append(a)
@@ -140,7 +143,7 @@ class TriangularMap:
         self.mean_coef_, self.log_scale_coef_ = means, scales
         self.log_scale_bounds_ = np.zeros((dim, 2))
         for k in range(dim):  # the range the states reach, before saturation
-            eta = _features(y[:, :k], _scale_terms(k, degrees[k])) @ scales[k]
+            eta = features(y[:, :k], scale_terms(k, degrees[k])) @ scales[k]
             self.log_scale_bounds_[k] = (eta.min() - LOG_SCALE_MARGIN,
                                          eta.max() + LOG_SCALE_MARGIN)
         self.n_states_ = n
@@ -154,10 +157,10 @@ class TriangularMap:
         if top == 0 or held.sum() < 10:
             return 0, 0.0
         fit_rows = ~held
-        base = _held_out_loglik(inputs, target, fit_rows, held, 0, self.ridge)
+        base = held_out_loglik(inputs, target, fit_rows, held, 0, self.ridge)
         chosen, chosen_ll = 0, base
         for degree in range(1, top + 1):
-            ll = _held_out_loglik(inputs, target, fit_rows, held, degree, self.ridge)
+            ll = held_out_loglik(inputs, target, fit_rows, held, degree, self.ridge)
             diff = ll - chosen_ll
             se = diff.std(ddof=1) / np.sqrt(diff.size)
             if diff.mean() > self.min_gain_se * se and diff.mean() > 0:
@@ -178,8 +181,8 @@ class TriangularMap:
             gains = []
             for j in remaining:
                 others = x[:, [i for i in remaining if i != j]]
-                ll = _held_out_loglik(others, x[:, j], fit_rows, held, self.max_degree, self.ridge)
-                base = _held_out_loglik(others, x[:, j], fit_rows, held, 0, self.ridge)
+                ll = held_out_loglik(others, x[:, j], fit_rows, held, self.max_degree, self.ridge)
+                base = held_out_loglik(others, x[:, j], fit_rows, held, 0, self.ridge)
                 gains.append(float(np.mean(ll - base)))
             best = remaining[int(np.argmax(gains))]
             last_first.append(best)
@@ -295,9 +298,9 @@ class TriangularMap:
         """``m_k(y_<k)`` and the saturated ``log s_k(y_<k)``."""
         degree = self.degrees_[k]
         inputs = y[:, :k]
-        mean = _features(inputs, _mean_terms(k, degree)) @ self.mean_coef_[k]
-        eta = _features(inputs, _scale_terms(k, degree)) @ self.log_scale_coef_[k]
-        return mean, _saturate(eta, *self.log_scale_bounds_[k])[0]
+        mean = features(inputs, mean_terms(k, degree)) @ self.mean_coef_[k]
+        eta = features(inputs, scale_terms(k, degree)) @ self.log_scale_coef_[k]
+        return mean, saturate(eta, *self.log_scale_bounds_[k])[0]
 
     def _log_det_y(self, y: np.ndarray) -> np.ndarray:
         total = np.full(y.shape[0], self._log_det_white)
@@ -309,11 +312,11 @@ class TriangularMap:
         """``d m_k / d y_j`` and ``d log s_k / d y_j`` (j < k), shapes (n, k)."""
         degree = self.degrees_[k]
         inputs = y[:, :k]
-        d_mean = _feature_derivatives(inputs, _mean_terms(k, degree)) @ self.mean_coef_[k]
-        terms = _scale_terms(k, degree)
-        eta = _features(inputs, terms) @ self.log_scale_coef_[k]
-        slope = _saturate(eta, *self.log_scale_bounds_[k])[1]
-        d_eta = _feature_derivatives(inputs, terms) @ self.log_scale_coef_[k]
+        d_mean = feature_derivatives(inputs, mean_terms(k, degree)) @ self.mean_coef_[k]
+        terms = scale_terms(k, degree)
+        eta = features(inputs, terms) @ self.log_scale_coef_[k]
+        slope = saturate(eta, *self.log_scale_bounds_[k])[1]
+        d_eta = feature_derivatives(inputs, terms) @ self.log_scale_coef_[k]
         return d_mean, slope[:, None] * d_eta
 
     def _jacobian_parts(self, y: np.ndarray):
@@ -339,131 +342,3 @@ class TriangularMap:
 
 
 # ------------------------------------------------------------------ features
-def _mean_terms(k: int, degree: int) -> list[tuple[int, ...]]:
-    """Monomials of the conditional mean: (), (j,), (i, j) up to ``degree`` in k inputs."""
-    terms = [()]
-    if degree >= 1:
-        terms += [(j,) for j in range(k)]
-    if degree >= 2:
-        terms += list(itertools.combinations_with_replacement(range(k), 2))
-    return terms
-
-
-def _scale_terms(k: int, degree: int) -> list[tuple[int, ...]]:
-    """Monomials of the log-scale: constant, and linear from degree 1 on."""
-    return _mean_terms(k, min(degree, 1))
-
-
-def _features(inputs: np.ndarray, terms: list[tuple[int, ...]]) -> np.ndarray:
-    out = np.ones((inputs.shape[0], len(terms)))
-    for f, term in enumerate(terms):
-        for j in term:
-            out[:, f] *= inputs[:, j]
-    return out
-
-
-def _feature_derivatives(inputs: np.ndarray, terms: list[tuple[int, ...]]) -> np.ndarray:
-    """``d feature_f / d input_j``, shape (n, k, n_terms)."""
-    n, k = inputs.shape
-    out = np.zeros((n, k, len(terms)))
-    for f, term in enumerate(terms):
-        if len(term) == 1:
-            out[:, term[0], f] = 1.0
-        elif len(term) == 2:
-            a, b = term
-            out[:, a, f] += inputs[:, b]
-            out[:, b, f] += inputs[:, a]
-    return out
-
-
-def _saturate(eta: np.ndarray, low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
-    """``eta`` inside ``[low, high]``, bent smoothly (C2) to at most ``LOG_SCALE_MARGIN``
-    beyond it; and its derivative."""
-    width = LOG_SCALE_MARGIN
-    above, below = eta > high, eta < low
-    out, slope = eta.copy(), np.ones_like(eta)
-    t = np.tanh((eta[above] - high) / width)
-    out[above], slope[above] = high + width * t, 1.0 - t**2
-    t = np.tanh((eta[below] - low) / width)
-    out[below], slope[below] = low + width * t, 1.0 - t**2
-    return out, slope
-
-
-# ---------------------------------------------------------------- the regression
-def _held_out(n: int, share: float, blocks: int = 10) -> np.ndarray:
-    """A mask of ``share`` of ``n`` rows held out, as whole blocks spread over the rows."""
-    held = np.zeros(n, dtype=bool)
-    n_held = int(round(share * blocks))
-    if n < 2 * blocks or n_held == 0:
-        return held
-    edges = np.linspace(0, n, blocks + 1).astype(int)
-    for b in np.linspace(1, blocks - 1, n_held).round().astype(int):
-        held[edges[b]:edges[b + 1]] = True
-    return held
-
-
-def _fit_regression(inputs: np.ndarray, target: np.ndarray, degree: int,
-                    ridge: float) -> tuple[np.ndarray, np.ndarray]:
-    """Maximum likelihood of ``target ~ N(m(inputs), exp(eta(inputs))^2)``, penalised.
-
-    Block coordinate descent on the negative log-likelihood per point, which is convex in
-    each block: the mean's coefficients by weighted least squares at the current scales,
-    then a damped Newton step for the log-scale's (its Hessian ``psi^T diag(2 r^2 / s^2)
-    psi`` is positive semi-definite). Closed-form at degree 0.
-    """
-    k = inputs.shape[1]
-    phi = _features(inputs, _mean_terms(k, degree))
-    psi = _features(inputs, _scale_terms(k, degree))
-    n, p_m = phi.shape
-    penalty_m = np.r_[0.0, np.full(p_m - 1, ridge)]
-    penalty_s = np.r_[0.0, np.full(psi.shape[1] - 1, ridge)]
-    jitter = 1e-10 * np.eye(p_m)
-    a = np.linalg.solve(phi.T @ phi / n + np.diag(penalty_m) + jitter, phi.T @ target / n)
-    b = np.zeros(psi.shape[1])
-    b[0] = np.log(max(np.std(target - phi @ a), 1e-8))
-    if degree == 0:
-        return a, b  # the Gaussian's maximum likelihood
-
-    def objective(a, b):
-        eta = np.clip(psi @ b, -LOG_SCALE_CLIP, LOG_SCALE_CLIP)
-        r = target - phi @ a
-        return np.mean(0.5 * r**2 * np.exp(-2.0 * eta) + eta) + 0.5 * (
-            penalty_m @ a**2 + penalty_s @ b**2)
-
-    value = objective(a, b)
-    for _ in range(100):
-        w = np.exp(-2.0 * np.clip(psi @ b, -LOG_SCALE_CLIP, LOG_SCALE_CLIP))
-        # least squares, not solve: weights exp(-2 eta) up to e^60 make the normal
-        # equations numerically singular where a log-scale runs to its clip
-        a = np.linalg.lstsq((phi.T * w) @ phi / n + np.diag(penalty_m) + jitter,
-                            phi.T @ (w * target) / n, rcond=None)[0]
-        r2w = (target - phi @ a)**2 * w
-        grad = psi.T @ (1.0 - r2w) / n + penalty_s * b
-        hess = (psi.T * (2.0 * r2w)) @ psi / n + np.diag(penalty_s) + 1e-10 * np.eye(b.size)
-        step = np.linalg.lstsq(hess, grad, rcond=None)[0]
-        for _ in range(30):  # halve the Newton step until the objective does not rise
-            trial = b - step
-            new = objective(a, trial)
-            if new <= objective(a, b):
-                break
-            step = 0.5 * step
-        else:
-            trial, new = b, objective(a, b)
-        b = trial
-        if value - new < 1e-10:
-            break
-        value = new
-    return a, b
-
-
-def _loglik(inputs, target, a, b, degree) -> np.ndarray:
-    k = inputs.shape[1]
-    mean = _features(inputs, _mean_terms(k, degree)) @ a
-    eta = np.clip(_features(inputs, _scale_terms(k, degree)) @ b, -LOG_SCALE_CLIP, LOG_SCALE_CLIP)
-    return -0.5 * ((target - mean) * np.exp(-eta))**2 - eta - 0.5 * np.log(2 * np.pi)
-
-
-def _held_out_loglik(inputs, target, fit_rows, held, degree, ridge) -> np.ndarray:
-    """Per held-out row, the log-likelihood of a fit to the other rows."""
-    a, b = _fit_regression(inputs[fit_rows], target[fit_rows], degree, ridge)
-    return _loglik(inputs[held], target[held], a, b, degree)

@@ -93,7 +93,7 @@ def test_climb_still_reaches_an_ill_conditioned_gaussians_mode():
 
 
 def test_prior_scale_is_each_coordinates_prior_sd():
-    from pymc_surrogate.step_methods.warmup.exploration import prior_scale
+    from pymc_surrogate.step_methods.warmup.prior import prior_scale
 
     with pm.Model() as model:
         pm.Normal("x", 0.0, np.array([1e4, 1e-4]), shape=2)
