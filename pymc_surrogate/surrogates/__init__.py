@@ -11,6 +11,7 @@ from pymc_surrogate.surrogates.kernel_lite import KernelExpFamilyLite
 from pymc_surrogate.surrogates.random_network import RandomNetworkSurrogate
 from pymc_surrogate.surrogates.score_network import ScoreNetworkSurrogate
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
+from pymc_surrogate.surrogates.triangular_map import TriangularMap
 from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "KernelExpFamilyFinite",
     "SmolyakGrid",
     "NaiveGrid",
+    "TriangularMap",
     "Whitening",
 ]
