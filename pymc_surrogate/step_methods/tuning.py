@@ -154,11 +154,14 @@ class Tuning:
     #: Riemannian HMC moves on each new surrogate alone that set its step size.
     riemannian_warm_up: int = 40
     # --- far proposals (base.py's stat, kernels/tail_jumps.py)
-    #: A model evaluation this far (Mahalanobis distance in the chain's frame) from every
-    #: state evaluated before is a far proposal (stat ``far_proposals``): nothing the
-    #: surrogate learnt reaches there, and a solver there often fails. The tail jumps'
-    #: Cauchy proposals are cut at this whitened distance (uncut, one coordinate in 30
-    #: lands beyond it; on N(0, I) the heavy-tail check's trials reached 80 sds).
+    #: A model evaluation this many sds (in some direction of the chain's whitened frame:
+    #: the largest coordinate of the whitened difference) from every state evaluated
+    #: before is a far proposal (stat ``far_proposals``): nothing the surrogate learnt
+    #: reaches there, and a solver there often fails. The largest coordinate, not the
+    #: norm, so the limit means the same in any dimension (a posterior draw of N(0, I_200)
+    #: lies about 20 from its nearest neighbour in norm, 4-5 in its largest coordinate).
+    #: The tail jumps' Cauchy coordinates are cut at it (on N(0, I) the heavy-tail
+    #: check's trials reached 80 sds).
     far_sd: float = 20.0
     # --- tail jumps (kernels/tail_jumps.py, core/tail_jumps.py)
     #: Share of a heavy-tailed chain's draws that are tail jumps.

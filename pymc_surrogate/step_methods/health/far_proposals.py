@@ -3,8 +3,10 @@
 Nothing a surrogate learnt reaches such a point, so a move there is extrapolation, and on a
 real solver the evaluation there often fails. This part counts them (stat
 ``far_proposals``), once the chain has a frame (after its first fit): the distance is the
-Mahalanobis distance of the frame, ``|L^-1 (q - x)|`` for the chain's whitening
-``x = m + L z``, to the nearest evaluated state, against ``Tuning.far_sd``. The states'
+largest coordinate of the whitened difference, ``max |L^-1 (q - x)|`` for the chain's
+whitening ``x = m + L z``, to the nearest evaluated state, against ``Tuning.far_sd``
+(the largest coordinate, not the norm, so that the limit means the same in any
+dimension). The states'
 whitened coordinates are kept between evaluations and recomputed only when the frame
 changes, so a check costs ``O(n d)``.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.step_methods.part import ChainPart
@@ -26,7 +29,9 @@ __all__ = ["FarProposals"]
 class FarProposalsState(DataClassState):
     count: int = 0  # the chain's far proposals so far (stat ``far_proposals``)
     frame: Any = None  # the whitening the cached coordinates are in
-    white: Any = None  # the evaluated states in it, as far as they are whitened
+    inverse: Any = None  # (mean, L^-1) of its block: whitening as one matrix product
+    white: Any = None  # the evaluated states in it (a buffer, grown by doubling) ...
+    rows: int = 0  # ... of which this many are filled
 
 
 class FarProposals(ChainPart):
@@ -50,27 +55,28 @@ class FarProposals(ChainPart):
 
     def check(self, q: np.ndarray, positions: np.ndarray, whitening: Whitening | None) -> None:
         """Count ``q`` if it lies far from every row of ``positions`` (no frame: nothing)."""
-        if whitening is None or positions.shape[0] == 0:
+        n = positions.shape[0]
+        if whitening is None or n == 0:
             return
-        if whitening is not self.frame:
-            self.frame = whitening
-            self.white = None
-        frame = self._block(whitening)
-        white = self.white if self.white is not None else np.empty((0, self.dim))
-        if white.shape[0] > positions.shape[0]:  # a new training set: start again
-            white = np.empty((0, self.dim))
-        if white.shape[0] < positions.shape[0]:
-            white = np.vstack([white, frame.to_white(positions[white.shape[0]:, : self.dim])])
-        self.white = white
-        z = frame.to_white(np.asarray(q, dtype=np.float64)[None, : self.dim])
-        if np.min(np.sum((white - z) ** 2, axis=1)) > self.limit**2:
+        if whitening is not self.frame or n < self.rows:  # a new frame or training set
+            self.frame, self.inverse, self.rows = whitening, _inverse(whitening, self.dim), 0
+            self.white = np.empty((max(2 * n, 64), self.dim))
+        mean, inverse = self.inverse
+        if n > self.white.shape[0]:
+            self.white = np.vstack([self.white[: self.rows], np.empty((n, self.dim))])
+        if n > self.rows:
+            self.white[self.rows: n] = (positions[self.rows:, : self.dim] - mean) @ inverse.T
+            self.rows = n
+        z = (np.asarray(q, dtype=np.float64)[: self.dim] - mean) @ inverse.T
+        if np.min(np.max(np.abs(self.white[:n] - z), axis=1)) > self.limit:
             self.count += 1
 
-    def _block(self, whitening: Whitening) -> Whitening:
-        """The whitening of the block's coordinates: the leading block of a lower-triangular
-        factor is the factor of the leading block of the covariance."""
-        if whitening.dim == self.dim:
-            return whitening
-        chol = (whitening.chol[: self.dim, : self.dim] if whitening.dense
-                else whitening.chol[: self.dim])
-        return Whitening(whitening.mean[: self.dim], chol)
+
+def _inverse(whitening: Whitening, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, L^-1)`` of the block's coordinates: the leading block of a lower-triangular
+    factor is the factor of the leading block of the covariance."""
+    mean = whitening.mean[:dim]
+    if whitening.dense:
+        chol = whitening.chol[:dim, :dim]
+        return mean, scipy.linalg.solve_triangular(chol, np.eye(dim), lower=True)
+    return mean, np.diag(1.0 / whitening.chol[:dim])

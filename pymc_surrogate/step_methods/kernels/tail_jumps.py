@@ -73,7 +73,7 @@ class TailJumps(ChainPart):
         states, potentials = states[known], potentials[known]
         if self.setting == 0 or len(states) <= self.dim:
             return None
-        self.jumps = CauchyJumps(whitening, radius=self.tuning.far_sd)
+        self.jumps = CauchyJumps(whitening, cut=self.tuning.far_sd)
         if self.setting != "auto":
             self.probability = self.setting
             return None

@@ -126,18 +126,18 @@ def test_a_pseudo_marginal_chain_is_judged_on_its_own_scale(caplog):
     assert len([m for m in _messages(caplog) if "effective sample size of" in m]) == 1
 
 
-def test_a_proposal_is_far_only_beyond_twenty_of_the_frames_distance_from_every_state():
-    """The Mahalanobis distance of the frame to the nearest evaluated state: along a
-    correlation a point can be near in each coordinate's sds and still far."""
+def test_a_proposal_is_far_only_beyond_twenty_in_a_whitened_coordinate_from_every_state():
+    """The largest coordinate of the whitened difference to the nearest evaluated state:
+    along a correlation a point can be near in each coordinate's sds and still far."""
     from pymc_surrogate.step_methods.health.far_proposals import FarProposals
     from pymc_surrogate.surrogates.whitening import Whitening
 
     frame = Whitening(np.zeros(2), np.linalg.cholesky(np.array([[1.0, 0.99], [0.99, 1.0]])))
     positions = np.zeros((1, 2))
     far = FarProposals(2, limit=20.0)
-    far.check(np.array([15.0, 15.0]), positions, frame)  # along the correlation: 15.1
+    far.check(np.array([15.0, 15.0]), positions, frame)  # along the correlation: (15, 1.1)
     assert far.count == 0
-    far.check(np.array([2.0, -2.0]), positions, frame)  # across it: 28.3
+    far.check(np.array([2.0, -2.0]), positions, frame)  # across it: (2, -28.2)
     assert far.count == 1
     far.check(np.array([2.0, -2.0]), np.vstack([positions, [[1.5, -1.5]]]), frame)
     assert far.count == 1  # a new state near it
