@@ -322,7 +322,11 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
     def _model_access(self, chain: ChainState) -> ModelAccess:
         """What the exploration asks of the model for this chain."""
         return ModelAccess(
-            evaluate=lambda q, with_grad: self._evaluate(chain, q, with_grad=with_grad),
+            # exploration's exact kernels are not counted as far proposals: an exact HMC
+            # trajectory evaluates every leapfrog point, and checking each against a
+            # training set that keeps them all made a fallback-heavy run quadratic
+            evaluate=lambda q, with_grad: self._evaluate(chain, q, with_grad=with_grad,
+                                                         count_far=False),
             diagnose=lambda q: self.evaluator.evaluate(chain, q, True, self.tune),
             evaluate_batch=lambda points: self._evaluate_batch(chain, points),
             # the chain's state: a raise is tried once more, and no rejection there
@@ -645,12 +649,12 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
 
     def _evaluate(
         self, chain: ChainState, q: np.ndarray, with_grad: bool, record: bool = True,
-        retry: bool = False,
+        retry: bool = False, count_far: bool = True,
     ) -> ChainPoint:
         """Evaluate the true model at ``q``, count it, and keep it as training data (unless
         ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's); ``retry``:
         the chain's state, where a raise is tried once more (evaluator.py)."""
-        if not retry:
+        if count_far and not retry:
             self._count_far(chain, q)
         point = self.evaluator.evaluate(chain, q, with_grad, self.tune, retry=retry)
         self._keep(chain, point, record)
