@@ -2,7 +2,8 @@
 
 Nothing a surrogate learnt reaches such a point, so a move there is extrapolation, and on a
 real solver the evaluation there often fails. This part counts them (stat
-``far_proposals``), once the chain has a frame (after its first fit): the distance is the
+``far_proposals``), once the chain has a frame (after its first fit), at every evaluation
+but the exact exploration kernels' (whose trajectories evaluate every leapfrog point): the distance is the
 largest coordinate of the whitened difference, ``max |L^-1 (q - x)|`` for the chain's
 whitening ``x = m + L z``, to the nearest evaluated state, against ``Tuning.far_sd``
 (the largest coordinate, not the norm, so that the limit means the same in any
