@@ -2,14 +2,13 @@
 
 Nothing a surrogate learnt reaches such a point, so a move there is extrapolation, and on a
 real solver the evaluation there often fails. This part counts them (stat
-``far_proposals``), once the chain has a frame (after its first fit), at every evaluation
-but the exact exploration kernels' (whose trajectories evaluate every leapfrog point): the distance is the
-largest coordinate of the whitened difference, ``max |L^-1 (q - x)|`` for the chain's
-whitening ``x = m + L z``, to the nearest evaluated state, against ``Tuning.far_sd``
-(the largest coordinate, not the norm, so that the limit means the same in any
-dimension). The states'
-whitened coordinates are kept between evaluations and recomputed only when the frame
-changes, so a check costs ``O(n d)``.
+``far_proposals``) once the chain has a frame (after its first fit), at every evaluation
+but the exact exploration kernels' (whose trajectories evaluate every leapfrog point). The
+distance is the largest coordinate of the whitened difference, ``max |L^-1 (q - x)|`` for
+the chain's whitening ``x = m + L z``, to the nearest evaluated state, against
+``Tuning.far_sd``: the largest coordinate, not the norm, so that the limit means the same
+in any dimension. The states' whitened coordinates are kept between evaluations and
+recomputed only when the frame changes, so a check costs ``O(n d)``.
 """
 
 from __future__ import annotations
