@@ -268,7 +268,7 @@ def surrogate_setting(surrogate, family: tuple[type, ...], default, owner: str, 
     if surrogate is None:
         return default
     if not family:
-        raise TypeError(f"{owner} takes no surrogate= (its surrogate is its grid).")
+        raise TypeError(f"{owner} takes no surrogate= (it builds its own).")
     if isinstance(surrogate, type):
         raise TypeError(
             f"{owner}(surrogate=...) takes an estimator object, not a class: "
