@@ -198,12 +198,14 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         if not self.exact:
             kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
         super().__init__(vars, **kwargs)
-        if self.context.dim:
+        self._tilt_cache = None  # GridField._context_tilt's (key, slope)
+        if self.context.dim and not self.has_gradient:
             warnings.warn(
-                "SparseGridHMC in a CompoundStep: the grid interpolates this block's potential "
-                "at the other variables' initial values. The draws stay exact (true-logp "
-                "correction) but mix poorly when those values move far; sample all continuous "
-                "variables with one SparseGridHMC where you can.",
+                "SparseGridHMC in a CompoundStep without a gradient: the grid interpolates "
+                "this block's potential at the other variables' values when it is built. "
+                "The draws stay exact (true-logp correction) but mix poorly when those values "
+                "move far; sample all continuous variables with one SparseGridHMC where you "
+                "can.",
                 UserWarning,
                 stacklevel=2,
             )

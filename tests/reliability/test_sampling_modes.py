@@ -280,17 +280,11 @@ def _joint_gaussian():
 
 def test_two_blocks_with_the_same_step_class(step):
     model, cov = _joint_gaussian()
-    with model, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with model:
+        # A grid, built at the other block's initial values, is tilted as they move
+        # (its moments were 5 MCSE off before).
         steps = [step([model["x"]]), step([model["y"]])]
         idata = sample(steps, draws=1500, tune=600)
-    if designed(step.cls):
-        # A grid precomputed at the other block's initial values is no model of the
-        # conditional once that block moves: exact but slow (x's sd 0.83-0.86 of 1 at
-        # 1500 draws, 5 MCSE). It must say so when it is built; its moments are not checked.
-        assert any("CompoundStep" in str(w.message) for w in caught), [str(w.message) for w in caught]
-        assert_healthy(idata)
-        return
     assert_moments(idata, "x", np.zeros(2), np.ones(2), family_alpha=5e-4)
     assert_moments(idata, "y", 0.0, np.sqrt(cov[2, 2]), family_alpha=5e-4)
 

@@ -4,6 +4,7 @@ retries, pickling), save/load, the approximate mode and bad settings."""
 import logging
 import re
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import cloudpickle
@@ -413,6 +414,48 @@ def test_a_gradient_models_field_is_continuous_across_the_faces_and_its_gradient
     far = np.array([4.0, -4.0])  # beyond the blend: the model itself
     model_value = -step.functions.logp(far)
     assert field(far)[0] == pytest.approx(model_value)
+
+
+def test_in_a_compound_step_the_grid_is_tilted_to_the_other_blocks_values():
+    # x ~ N(0, I), y | x ~ N(x1 - x2 / 2, 1): the grid on x is built at y's initial value;
+    # as y moves, x's conditional moves, and the tilted grid with it (exactly: a Gaussian's
+    # conditional shifts linearly in q).
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.Normal("y", x[0] - 0.5 * x[1], 1.0)
+        step = SparseGridHMC([x], domain=GridBox(mean=np.zeros(2), cov=np.eye(2), k=3.0),
+                             **QUIET)
+        step.precompute()
+    (y,) = step.functions.shared.values()
+
+    def model_grad(q):
+        return -step.functions.logp_and_grad(q)[1]
+
+    built = step._surrogate_field(step.chain)  # at y's initial value
+    points = np.random.default_rng(1).uniform(-2.5, 2.5, size=(5, 2))  # inside the box
+    at_start = [(built(q)[1], model_grad(q)) for q in points]
+    for y_now in (2.5, -4.0):
+        y.set_value(np.asarray(y_now, dtype=y.dtype))
+        field = step._surrogate_field(step.chain)
+        for q, (grid_then, model_then) in zip(points, at_start):
+            np.testing.assert_allclose(field(q)[1] - grid_then, model_grad(q) - model_then,
+                                       atol=1e-8)
+        face = np.array([3.0, 0.4])  # continuous across the faces at every context
+        assert abs(field(face - [1e-7, 0])[0] - field(face + [1e-7, 0])[0]) < 1e-5
+    evaluations = step.chain.counts.grad_evals
+    step._surrogate_field(step.chain)
+    assert step.chain.counts.grad_evals == evaluations  # one gradient per context
+
+
+@pytest.mark.parametrize("black_box", [False, True])
+def test_in_a_compound_step_only_a_black_box_is_told_that_its_grid_cannot_follow(black_box):
+    with _banana(black_box):
+        pm.Normal("y", 0.0, 1.0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            SparseGridHMC([pm.modelcontext(None)["x"]], **QUIET)
+    told = [w for w in caught if "CompoundStep" in str(w.message)]
+    assert len(told) == int(black_box), [str(w.message) for w in caught]
 
 
 def _black_box_regression():

@@ -41,20 +41,49 @@ class GridField:
         """eq. 3.11: the interpolant inside the domain, the true model outside (a black box,
         or ``model_outside=False``: the grid's continuation, ``_continuation``)."""
         grid = self.grid_  # every chain's surrogate (also at the first fit, before it is set)
+        tilt = self._context_tilt(chain)
         if self.has_gradient and model_outside:
             def outside(q):
-                return self._blend_to_model(chain, q)
+                return self._blend_to_model(chain, q, tilt)
         else:
-            outside = self._continuation
+            def outside(q):
+                return self._continuation(q, tilt)
 
         def value_and_grad(q: np.ndarray) -> tuple[float, np.ndarray]:
             if grid.contains(q):
-                return grid.value_and_grad(q)
+                return _tilted(grid.value_and_grad(q), q, tilt)
             return outside(q)
 
         return value_and_grad
 
-    def _blend_to_model(self, chain: ChainState, q: np.ndarray) -> tuple[float, np.ndarray]:
+    def _context_tilt(self, chain: ChainState) -> tuple[np.ndarray, np.ndarray] | None:
+        """In a CompoundStep with a gradient, the grid's potential tilted to the other
+        blocks' current values: ``U~(q) + g . (q - m)``, ``m`` the box's centre and
+        ``g = dU/dq(m | now) - dU~/dq(m)``.
+
+        The grid interpolates the block's potential at the other blocks' values when it
+        was built; as they move, the conditional moves with them, and trajectories on the
+        grid alone kept proposing where the conditional was: x ~ N(0, I) beside y | x ~
+        N(x1 - x2 / 2, 1) under Metropolis had per-chain ESS 20 of 1500 and x's mean 4
+        MCSE off. Where the other blocks shift the conditional (a Gaussian's, exactly)
+        the tilt moves the grid with it. It depends on the other blocks' values only, not
+        on the chain's state, so the corrected chain stays exact; it costs one model
+        gradient at ``m`` per step after they moved. None outside a CompoundStep, and for
+        a black box (no gradient to tilt by).
+        """
+        if not self.context.dim or not self.has_gradient or self.grid_ is None:
+            return None
+        centre = self.box_mean_
+        key = (self.evaluator.key(centre), id(self.grid_))
+        if self._tilt_cache is None or self._tilt_cache[0] != key:
+            point = self._evaluate(chain, centre, with_grad=True, record=False)
+            slope = point.grad - self.grid_.value_and_grad(centre)[1]
+            self._tilt_cache = (key, (slope if np.all(np.isfinite(slope))
+                                      else np.zeros_like(centre)))
+        return self._tilt_cache[1], centre
+
+    def _blend_to_model(self, chain: ChainState, q: np.ndarray,
+                        tilt=None) -> tuple[float, np.ndarray]:
         """Outside the box, a gradient model's own potential, reached smoothly.
 
         The interpolant and the model differ at the box's faces by the interpolation error;
@@ -78,7 +107,7 @@ class GridField:
         depth = distance / BLEND_DEPTH
         if depth >= 1.0 or not np.isfinite(point.potential):
             return point.potential, point.grad
-        value, grad = self._continuation(q)
+        value, grad = self._continuation(q, tilt)
         weight, slope = depth * depth * (3.0 - 2.0 * depth), 6.0 * depth * (1.0 - depth)
         gap = point.potential - value
         grad_depth_u = out / (self._box_sd * max(depth, 1e-300) * BLEND_DEPTH**2)
@@ -90,7 +119,7 @@ class GridField:
         centre = self._potential(self.box_mean_)
         return bool(np.isfinite(centre) and centre < self._potential(q))
 
-    def _continuation(self, q: np.ndarray) -> tuple[float, np.ndarray]:
+    def _continuation(self, q: np.ndarray, tilt=None) -> tuple[float, np.ndarray]:
         """Outside the box: the interpolant at the nearest face point plus the box
         Gaussian's rise beyond the face, ``k |o| + o^2 / 2`` per box sd ``o`` out.
 
@@ -110,7 +139,8 @@ class GridField:
         grad_u = grad if transform is None else grad @ transform.axes
         grad_u = np.where(out == 0.0, grad_u, (self.k + np.abs(out)) * np.sign(out) / self._box_sd)
         grad_q = grad_u if transform is None else transform.gradient_from_box(grad_u)
-        return value + float(np.sum(self.k * np.abs(out) + 0.5 * out * out)), grad_q
+        rise = value + float(np.sum(self.k * np.abs(out) + 0.5 * out * out))
+        return _tilted((rise, grad_q), q, tilt)
 
     def _explores_now(self, chain: ChainState) -> bool:
         """A black box's gradient-free fallback outside the box (the paper's "outside the
@@ -248,3 +278,13 @@ class GridField:
             energy=hamiltonian(potential, kinetic1) if accepted else h0, energy_error=error,
             surrogate_energy_error=error, n_steps=end.n_steps, step_size=eps,
         )
+
+
+def _tilted(field_value: tuple[float, np.ndarray], q: np.ndarray,
+            tilt: tuple[np.ndarray, np.ndarray] | None) -> tuple[float, np.ndarray]:
+    """``(U, dU/dq)`` plus the linear term ``g . (q - m)`` of ``tilt = (g, m)``."""
+    if tilt is None:
+        return field_value
+    value, grad = field_value
+    slope, centre = tilt
+    return value + float(slope @ (q - centre)), grad + slope
