@@ -119,7 +119,7 @@ def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -
             states = []
             for i in range(points * thin):
                 point = surrogate_transition(point, on_surrogate, field, self.kernel.metric, step_size,
-                                             self.path_length, self.max_energy_error, 1,
+                                             self.kernel.path_length, self.kernel.max_energy_error, 1,
                                              self.rng).point
                 if (i + 1) % thin == 0:
                     states.append(point.q)

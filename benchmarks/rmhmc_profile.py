@@ -55,7 +55,7 @@ def fit(path: str, tune: int, draws: int, seed: int) -> None:
     state = {"surrogate": chain.surrogate, "whitening": chain.whitening,
              "temperature": step.coverage.temperature,
              "step_size": float(step.kernel.step_adapt.current(False)),
-             "path_length": step.path_length, "alpha": step.riemannian.softabs_alpha,
+             "path_length": step.kernel.path_length, "alpha": step.riemannian.softabs_alpha,
              "q": np.asarray(chain.current.q)}
     with open(path, "wb") as handle:
         pickle.dump(state, handle)

@@ -135,7 +135,6 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         check_settings(owner, kwargs, target_accept, tail_jumps)
         self.check_kernel(kernel)
         self.kernel_settings = kernel
-        self.correction, self.n_inner = kernel.correction, kernel.n_inner
         self._model = model
         self.functions = self._model_functions(model, vars, initial_point, use_gradient,
                                                compile_kwargs)
@@ -150,12 +149,9 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self.far = FarProposals(self.dim, self.tuning.far_sd)
         self.target_accept = target_accept
-        self.path_length = path_length = kernel.path_length
-        self.dense_mass = kernel.dense_mass
-        self.max_energy_error = max_energy_error = kernel.max_energy_error
         self.tails = TailJumps(tail_jumps, self.dim, self.tuning)
-        self.kernel = SurrogateKernel(self.correction, self.n_inner, path_length,
-                                      target_accept, max_energy_error, self.tuning)
+        self.kernel = SurrogateKernel(kernel.correction, kernel.n_inner, kernel.path_length,
+                                      target_accept, kernel.max_energy_error, self.tuning)
         explore_steps, explore_tries = warmup.steps, warmup.tries
         self.explore_steps = (
             default_explore_steps(self.functions.has_gradient, self.dim)
@@ -167,7 +163,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         self.explore_executor, self.explore_tries = exploration_executor(
             executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
         self.exploration = Exploration(
-            self.has_gradient, self.dim, path_length, max_energy_error,
+            self.has_gradient, self.dim, kernel.path_length, kernel.max_energy_error,
             self.explore_tries if self.explore_executor is not None else None,
             self.pseudo_marginal, self.tuning,
         )
@@ -203,7 +199,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         )
         self.draw_bound = DrawBound(
             self.lowers_black_box_draws and not self.has_gradient
-            and self.correction == "surrogate_transition" and self.context.dim == 0,
+            and self.kernel.correction == "surrogate_transition" and self.context.dim == 0,
             self.dim, self.tuning,
         )
         self.chain = self._new_chain()

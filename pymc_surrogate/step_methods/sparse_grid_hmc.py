@@ -267,8 +267,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         """``dense_mass="auto"``: dense when the box's Gaussian is strongly correlated (the
         skeleton asks the chain's exploration probe, which a grid's chain never makes:
         a ridge regression, correlation -0.99999, then got a diagonal metric, ESS 5)."""
-        if self.dense_mass != "auto":
-            return bool(self.dense_mass)
+        if self.kernel_settings.dense_mass != "auto":
+            return bool(self.kernel_settings.dense_mass)
         scale = np.sqrt(np.diag(self.box_cov_))
         eigs = np.linalg.eigvalsh(self.box_cov_ / np.outer(scale, scale))
         return bool(eigs.min() * self.tuning.dense_scale_margin < eigs.max())

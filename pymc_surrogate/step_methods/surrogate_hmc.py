@@ -169,8 +169,8 @@ class SurrogateHMC(TransportFrame, SurrogateStep):
             chain, current, self.has_gradient and not chain.frozen, record, field)
         return self.riemannian.transition(
             current, evaluate, field, self.kernel.step_adapt.current(tuning_now),
-            self.path_length, self.kernel.inner(), self._frame(chain),
-            self.max_energy_error, self.rng,
+            self.kernel.path_length, self.kernel.inner(), self._frame(chain),
+            self.kernel.max_energy_error, self.rng,
         )
 
     def _adapt_to_surrogate(self, chain, chain_scale, warm_up) -> None:
@@ -182,7 +182,7 @@ class SurrogateHMC(TransportFrame, SurrogateStep):
             self.riemannian.field(chain.surrogate, self.coverage.temperature),
             self._frame(chain), start,
             self.kernel.step_size_adaptation(self.kernel.step_adapt.current(False)),
-            self.path_length, self.max_energy_error, self.rng,
+            self.kernel.path_length, self.kernel.max_energy_error, self.rng,
         )
         self.kernel.use(step_size=step)
 

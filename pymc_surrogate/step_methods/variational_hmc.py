@@ -293,8 +293,8 @@ class VariationalHMC(SurrogateStep):
         field = self._surrogate_field(chain)
         value, grad = field(current.q)
         move = hmc_move(current.q, value, grad, field, self.kernel.metric,
-                        self.kernel.step_adapt.current(False), self.path_length,
-                        self.max_energy_error, self.rng)
+                        self.kernel.step_adapt.current(False), self.kernel.path_length,
+                        self.kernel.max_energy_error, self.rng)
         return TransitionInfo(
             point=ChainPoint(move.q, move.potential, None), accepted=move.accepted,
             accept_prob=move.accept_prob, adapt_stat=move.accept_prob,

@@ -106,6 +106,9 @@ def test_conjugate_linear_regression(exact_step, black_box):
     assert_gaussian(idata, "beta", mean, cov)
 
 
+test_conjugate_linear_regression.ci_rotation = 4  # CI: 4 entries a gradient source, every entry once
+
+
 def pt_dot(a, b):
     import pytensor.tensor as pt
 

@@ -162,6 +162,9 @@ def test_the_surrogate_moves_the_chain_in_the_draws(step, black_box):
     assert_surrogate_moves_the_chain(idata)
 
 
+test_the_surrogate_moves_the_chain_in_the_draws.ci_rotation = 3  # CI: 3 entries a gradient source
+
+
 def test_the_surrogate_check_fails_when_every_fit_fails(step, monkeypatch, caplog):
     """The check above must catch a sampler whose surrogate never works: every fit raises,
     tuning keeps exploring, and the draws run the exact fallback kernel (still correct,

@@ -103,7 +103,7 @@ def test_kernel_and_warm_up_take_their_objects_or_dicts(name):
     with _model():
         step = _make(STEP_METHODS[name], kernel=HMCKernel(path_length=2.0, n_inner=2),
                      warmup={"steps": 123})
-        assert (step.path_length, step.kernel.inner(), step.explore_steps) == (2.0, 2, 123)
+        assert (step.kernel.path_length, step.kernel.inner(), step.explore_steps) == (2.0, 2, 123)
         with pytest.raises(TypeError, match="takes a HMCKernel"):
             STEP_METHODS[name](kernel=WarmUp())
         with pytest.raises(TypeError, match="takes a WarmUp"):
@@ -140,7 +140,7 @@ def test_each_step_reads_the_shared_values_the_same_way(cls):
             else:
                 assert _make(cls, use_gradient=value).has_gradient is (value is not False)
         for n_inner in ("auto", 2):
-            assert _make(cls, kernel=HMCKernel(n_inner=n_inner)).n_inner == n_inner
+            assert _make(cls, kernel=HMCKernel(n_inner=n_inner)).kernel.n_inner == n_inner
         for bad, match in (({"kernel": {"n_inner": 0}},
                             "n_inner must be a positive integer or 'auto'"),
                            ({"kernel": {"n_inner": True}}, "n_inner must be"),

@@ -73,7 +73,7 @@ def test_hamiltonian_draws_get_the_full_length_only_if_it_holds_the_target(targe
         step = with_tuning(SurrogateHMC, path_target=target)(
             kernel=HMCKernel(correction="hamiltonian"))
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 400})
-    tuned = step.kernel.trajectory_length(False) < step.path_length
+    tuned = step.kernel.trajectory_length(False) < step.kernel.path_length
     assert (step.kernel.path_adapt is None) is full_length
     assert tuned is not full_length
 
@@ -163,7 +163,7 @@ def test_pickles_like_pymc_does_for_worker_processes():
         step = SurrogateHMC()
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 300})
     clone = pickle.loads(cloudpickle.dumps(step))
-    assert clone.dim == 2 and clone.correction == step.correction
+    assert clone.dim == 2 and clone.kernel.correction == step.kernel.correction
     assert clone.chain.surrogate is not None
     q = np.asarray(mean, dtype=float)
     assert clone.chain.surrogate.value_and_grad(q)[0] == step.chain.surrogate.value_and_grad(q)[0]

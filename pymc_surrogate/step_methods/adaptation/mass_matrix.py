@@ -83,8 +83,8 @@ class MassMatrix:
         banana: correlation condition 50-90 where the posterior's is 3; dense, its chain
         never moved).
         """
-        if self.dense_mass != "auto":
-            return bool(self.dense_mass)
+        if self.kernel_settings.dense_mass != "auto":
+            return bool(self.kernel_settings.dense_mass)
         states = self._late_tuning_states(chain)[0]
         return _strongly_correlated(samples, self.tuning.dense_correlation_margin) and (
             _strongly_correlated(states, self.tuning.dense_correlation_margin)
@@ -103,8 +103,8 @@ class MassMatrix:
         banana chain that stalled on a line had states conditioned 346, and a dense start
         left it at bulk ESS 8 of 12000.
         """
-        if self.dense_mass != "auto":
-            return bool(self.dense_mass)
+        if self.kernel_settings.dense_mass != "auto":
+            return bool(self.kernel_settings.dense_mass)
         probe = self.exploration.probe
         if probe is None:
             return False

@@ -243,8 +243,8 @@ class Refits:
         start = chain.current.q if chain.current is not None else chain_scale.mean
         return warm_up_on_surrogate(
             field, start, self.kernel.metric, self.kernel.step_size_adaptation(initial_step),
-            self.path_length, self.rng, n_samples=n_samples,
-            max_energy_error=self.max_energy_error,
+            self.kernel.path_length, self.rng, n_samples=n_samples,
+            max_energy_error=self.kernel.max_energy_error,
         )
 
     def _without_spurious_well(

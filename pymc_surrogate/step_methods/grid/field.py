@@ -260,7 +260,7 @@ class GridField:
         end, kinetic0, kinetic1, eps = integrate(
             current.q, value, grad, field, self.kernel.metric,
             self.kernel.step_adapt.current(False),
-            self.path_length, self.max_energy_error, self.rng,
+            self.kernel.path_length, self.kernel.max_energy_error, self.rng,
         )
         h0 = hamiltonian(current.potential, kinetic0)
         if not end.finite:
@@ -274,7 +274,7 @@ class GridField:
         point = ChainPoint(end.q, potential, None) if accepted else current
         return TransitionInfo(
             point=point, accepted=accepted, accept_prob=prob, adapt_stat=prob,
-            diverging=error > self.max_energy_error,
+            diverging=error > self.kernel.max_energy_error,
             energy=hamiltonian(potential, kinetic1) if accepted else h0, energy_error=error,
             surrogate_energy_error=error, n_steps=end.n_steps, step_size=eps,
         )

@@ -53,7 +53,7 @@ class GridPrecompute:
         """A chain that starts on a grid built before it (given, or by an earlier chain of
         this process): the box's Gaussian as its first metric, no warm-up."""
         rng = self.rng.spawn(1)[0]
-        if self.dense_mass is False:
+        if self.kernel_settings.dense_mass is False:
             self.kernel.use(metric=QuadPotentialDiag(np.diag(self.box_cov_).copy(), rng=rng))
         else:
             self.kernel.use(metric=QuadPotentialFull(self.box_cov_.copy(), rng=rng))
