@@ -109,35 +109,13 @@ def condition_on_proper_quadratic(
     scale = learner.column_scale
     precision = learner.precision
     coupling = precision[np.ix_(rest, quad)] @ ((proper - coef[quad]) * scale[quad])
-    shift = _solve_rest_block(learner, rest, quad, coupling)
+    try:
+        shift = scipy.linalg.cho_solve(
+            scipy.linalg.cho_factor(precision[np.ix_(rest, rest)], lower=True), coupling
+        )
+    except np.linalg.LinAlgError:
+        shift = np.linalg.lstsq(precision[np.ix_(rest, rest)], coupling, rcond=None)[0]
     out = np.array(coef, dtype=np.float64)
     out[quad] = proper
     out[rest] -= shift / scale[rest]
     return out
-
-
-def _solve_rest_block(learner: RecursiveLeastSquares, rest: np.ndarray, quad: np.ndarray,
-                      rhs: np.ndarray) -> np.ndarray:
-    """``A_rr^{-1} rhs`` for the learner's regularised Gram matrix ``A``.
-
-    With fewer quadratic columns than others (low dimensions, many hidden nodes), from the
-    inverse the learner keeps: ``A_rr^{-1} = P_rr - P_rq P_qq^{-1} P_qr`` (``P = A^{-1}``),
-    a solve with the small quadratic block in place of a factorisation of the large one
-    at every update (a 2-d VariationalHMC: 8 ms a gradient, a quarter of its time).
-    """
-    if quad.size < rest.size:
-        inverse = learner.precision_inverse
-        padded = np.zeros(inverse.shape[0])
-        padded[rest] = rhs
-        product = inverse @ padded  # P_rr rhs in its rest rows, P_qr rhs in its quad rows
-        try:
-            inner = scipy.linalg.cho_solve(
-                scipy.linalg.cho_factor(inverse[np.ix_(quad, quad)], lower=True), product[quad])
-            return product[rest] - inverse[:, quad][rest] @ inner
-        except np.linalg.LinAlgError:
-            pass
-    block = learner.precision[np.ix_(rest, rest)]
-    try:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(block, lower=True), rhs)
-    except np.linalg.LinAlgError:
-        return np.linalg.lstsq(block, rhs, rcond=None)[0]
