@@ -198,7 +198,6 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         if not self.exact:
             kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
         super().__init__(vars, **kwargs)
-        self._tilt_cache = None  # GridField._context_tilt's (key, slope)
         if self.context.dim and not self.has_gradient:
             warnings.warn(
                 "SparseGridHMC in a CompoundStep without a gradient: the grid interpolates "

@@ -37,6 +37,8 @@ OUTSIDE_TOLD_COUNT = 20
 class GridField:
     """Mixin of ``SparseGridHMC``: the potential outside the box and the chain there."""
 
+    _tilt_cache = None  # ``_context_tilt``'s (key, slope)
+
     def _surrogate_field(self, chain: ChainState, model_outside: bool = True):
         """eq. 3.11: the interpolant inside the domain, the true model outside (a black box,
         or ``model_outside=False``: the grid's continuation, ``_continuation``)."""
@@ -49,9 +51,14 @@ class GridField:
             def outside(q):
                 return self._continuation(q, tilt)
 
+        # Untilted (outside a CompoundStep, the usual case): the grid's own function in the
+        # leapfrog loop, no extra call a step.
+        inside = grid.value_and_grad if tilt is None else (
+            lambda q: _tilted(grid.value_and_grad(q), q, tilt))
+
         def value_and_grad(q: np.ndarray) -> tuple[float, np.ndarray]:
             if grid.contains(q):
-                return _tilted(grid.value_and_grad(q), q, tilt)
+                return inside(q)
             return outside(q)
 
         return value_and_grad
