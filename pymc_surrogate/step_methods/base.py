@@ -260,7 +260,14 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         )
 
     def reset_tuning(self, start=None):
+        if self.sharing.follow_the_data():
+            self._forget_the_old_data()
         self.chain = self._new_chain()
+
+    def _forget_the_old_data(self) -> None:
+        """After ``pm.set_data``: drop what was learned from the old data's evaluations
+        (``SharedEvaluations.follow_the_data`` has emptied the step's own store)."""
+        self.store = self.sharing.store
 
     def _parts(self):
         """The parts that own a chain's state (``part.py``)."""

@@ -194,6 +194,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         self.executor = executor
         self.progressbar = progressbar
         self.grid_ = None
+        self._grid_given = grid is not None
         self._start_at_centre = grid is None and domain.bounds is None
         if not self.exact:
             kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
@@ -234,6 +235,13 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         return None
 
     # ------------------------------------------------------------ the chain
+    def _forget_the_old_data(self) -> None:
+        """The grid built from the old data's posterior goes too (a given one stays)."""
+        super()._forget_the_old_data()
+        if not self._grid_given:
+            self.grid_ = None
+            self.__dict__.pop("box_cov_", None)
+
     def _new_chain(self) -> ChainState:
         chain = super()._new_chain()
         if getattr(self, "grid_", None) is not None and hasattr(self, "box_cov_"):

@@ -93,6 +93,7 @@ def test_recovers_a_correlated_gaussian(black_box, caplog):
 # truth at 4 of 6 seeds. The box from the warm-up, grown where its faces have not fallen off,
 # holds the arms.
 @pytest.mark.parametrize("black_box", [False, True])
+@pytest.mark.shared_between_generations
 def test_recovers_a_banana(black_box):
     with _banana(black_box):
         step = SparseGridHMC(**QUIET, rng=2)
@@ -132,6 +133,7 @@ def test_the_constructor_evaluates_nothing_and_the_box_comes_from_the_warm_up(ca
     assert not [r for r in caplog.records if "outside the grid's box" in r.getMessage()]
 
 
+@pytest.mark.shared_between_generations
 def test_a_gradient_chain_outside_a_small_box_stays_right():
     # The box covers +-0.4 sd: most draws lie outside it, where the model drives them.
     with gaussian_model(MEAN, COV):
@@ -141,6 +143,7 @@ def test_a_gradient_chain_outside_a_small_box_stays_right():
     assert idata.sample_stats.in_domain.values.mean() < 0.5
 
 
+@pytest.mark.shared_between_generations
 def test_a_black_box_chain_outside_a_small_box_is_right_or_told(caplog):
     # Outside the box a black box has only the grid's continuation and the exploration
     # share: measured on PyMC 6 at seeds 5-8, sds 0.54-1.06 of the posterior's (PyMC 5,
@@ -283,6 +286,7 @@ class TruncatedLogp(Op):
 
 @pytest.mark.parametrize("black_box", [True, False], ids=["black_box", "gradient"])
 @pytest.mark.parametrize("outside", [-np.inf, np.nan], ids=["-inf", "nan"])
+@pytest.mark.shared_between_generations
 def test_a_truncation_inside_the_box_is_walled_off_and_sampled_exactly(outside, black_box):
     # Before: every node past the truncation counted as a failed evaluation, and the
     # precompute raised GridPrecomputeError (248 of 961 nodes).
@@ -481,6 +485,7 @@ def test_a_black_box_domain_is_widened_toward_the_posteriors_scale():
     assert np.sqrt(step.box_cov_[0, 0]) > 0.55 * sd[0]
 
 
+@pytest.mark.shared_between_generations
 def test_a_black_box_conjugate_regression_is_recovered():
     # Before the continuous continuation, the box covering the exploration's spread and the
     # exploration share outside the box: on PyMC 6 at this seed half the draws lay outside
@@ -555,3 +560,21 @@ def test_a_black_box_warm_up_box_is_refitted_to_its_grids_nodes():
 
     grid, potentials = _grid_potentials(banana, np.array([0.0, 0.0]), np.diag([1.0, 2.0]), 2)
     assert SparseGridHMC._refit_domain(_Box(2), grid, potentials) is None
+
+
+def test_after_set_data_the_grid_is_built_for_the_new_posterior():
+    """The grid of the old data's posterior is dropped when the data change: the second
+    run's box is centred on the new posterior (the old one stayed at the first's, 2 sd
+    away from the new mean along each axis)."""
+    with pm.Model() as model:
+        y = pm.Data("y", np.zeros(5))
+        mu = pm.Normal("mu", 0, 3, shape=2)
+        pm.Normal("obs", mu.sum(), 1, observed=y)
+        step = SparseGridHMC(use_gradient=False)
+    for shift in (0.0, 4.0):
+        with model:
+            pm.set_data({"y": np.full(5, shift)})
+            pm.sample(step=step, chains=1, tune=300, draws=50, random_seed=1,
+                      progressbar=False, compute_convergence_checks=False)
+        # the posterior of mu1 + mu2 has mean 5 shift / (5 + 1/18), the box its centre
+        assert abs(step.box_mean_.sum() - shift * 5 / (5 + 1 / 18)) < 0.5, step.box_mean_

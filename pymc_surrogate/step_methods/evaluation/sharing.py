@@ -16,6 +16,8 @@ ends tuning with a surrogate) lets the rerun tune on the surrogate alone
 refined by tuning's corrections.
 In the draws nothing is read: each chain's surrogate is frozen, so its kernel, and the
 draws' exactness, do not depend on the other chains.
+The store holds one posterior's evaluations: a chain that starts after ``pm.set_data``
+changed the model's data starts the step's own store afresh, and refuses one the user gave.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from pymc.step_methods.state import DataClassState, dataclass_state
 from pymc_surrogate.step_methods.evaluation.store import (
     EvaluationStore,
     StoredRows,
+    StoreMismatchError,
+    data_fingerprint,
+    model_data,
     model_key,
 )
 from pymc_surrogate.step_methods.part import ChainPart
@@ -91,12 +96,39 @@ class SharedEvaluations(ChainPart):
         self.reset()
 
     def bind(self, model, vars, given, dim: int, context_dim: int) -> None:
-        """Claim a store the user gave for this model (a step's own needs no key)."""
-        if self.store is None or given is None:
+        """Claim a store the user gave for this model (a step's own needs no key), and note
+        the model's data, which ``follow_the_data`` compares with at each chain's start."""
+        graph = model.logp()
+        self.data = model_data(graph)
+        self.fingerprint = data_fingerprint(self.data)
+        self.given = self.store is not None and given is not None
+        if not self.given:
             return
         described = ", ".join(f"{v.name}{tuple(v.type.shape)}" for v in vars)
-        key = "" if self.store.user_key else model_key(model, vars, model.logp())
+        key = "" if self.store.user_key else model_key(model, vars, graph)
         self.store.bind(key, dim, context_dim, described)
+
+    def follow_the_data(self) -> bool:
+        """Whether the model's data changed (``pm.set_data``) since the step last sampled.
+
+        The step's own store is then replaced by an empty one: its evaluations are of the
+        posterior with the old data, and a surrogate trained on them is one of another
+        posterior. A store the user gave is refused, as it would mix two posteriors'
+        evaluations under one model's key."""
+        now = data_fingerprint(self.data)
+        if now == self.fingerprint:
+            return False
+        if self.given:
+            where = f"the file {self.store.path!r}" if self.store.kept else "the step's store"
+            raise StoreMismatchError(
+                f"The model's data changed (pm.set_data) since this step was made, and {where} "
+                "holds evaluations of the posterior with the old data. Make a new step for the "
+                "new data, with a store of its own (another path, or store=None)."
+            )
+        self.fingerprint = now
+        if self.store is not None:
+            self.store = EvaluationStore(per_process=True)
+        return True
 
     def _writer(self) -> str:
         # Made at a chain's first evaluation: PyMC restores every chain (cores=1) from one

@@ -320,3 +320,21 @@ def model_key(model, value_vars, compile_graph) -> str:
         elif isinstance(var, SharedVariable):
             digest.update(np.ascontiguousarray(var.get_value(borrow=True)).tobytes())
     return digest.hexdigest()
+
+
+def model_data(compile_graph) -> list:
+    """The shared variables the logp graph reads: the model's data (``pm.Data``), which
+    ``pm.set_data`` changes without changing the graph."""
+    from pytensor.compile.sharedvalue import SharedVariable
+
+    from pymc_surrogate.compat import ancestors
+
+    return [var for var in ancestors([compile_graph]) if isinstance(var, SharedVariable)]
+
+
+def data_fingerprint(data) -> str:
+    """A hash of the current values of ``data`` (``model_data``)."""
+    digest = hashlib.sha256()
+    for var in data:
+        digest.update(np.ascontiguousarray(var.get_value(borrow=True)).tobytes())
+    return digest.hexdigest()

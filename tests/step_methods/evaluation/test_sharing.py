@@ -103,6 +103,43 @@ def test_a_step_refuses_a_store_of_another_model(tmp_path):
             SurrogateHMC(store=path)
 
 
+def _data_model():
+    with pm.Model() as model:
+        y = pm.Data("y", np.zeros(5))
+        mu = pm.Flat("mu")
+        pm.Potential("likelihood", GaussianBlackBox()(pt.stack([mu - y.mean(), mu, mu])))
+    return model
+
+
+def test_after_set_data_a_chain_learns_from_the_new_data_only():
+    """A step sampled again after ``pm.set_data``: its chain's training set holds the new
+    posterior's evaluations only (it held the earlier run's too, of the old data: 766
+    training points in the second run where the first made 333)."""
+    model = _data_model()
+    with model:
+        step = SurrogateHMC()
+    sizes = []
+    for shift in (0.0, 4.0):
+        with model:
+            pm.set_data({"y": np.full(5, shift)})
+            idata = pm.sample(draws=100, tune=320, chains=1, cores=1, random_seed=3, step=step,
+                              progressbar=False, compute_convergence_checks=False)
+        sizes.append(int(idata.sample_stats["training_size"].values.max()))
+        # the posterior: precision 1 + 1/4 + 4 (SCALES), mean shift / 5.25, sd 0.44
+        mean = idata.posterior["mu"].values.mean()
+        assert abs(mean - shift / 5.25) < 0.3, (shift, mean)
+    assert sizes[1] < 1.5 * sizes[0], sizes
+
+
+def test_after_set_data_a_given_store_is_refused(tmp_path):
+    model = _data_model()
+    with model:
+        step = SurrogateHMC(store=tmp_path / "run.sqlite")
+        pm.set_data({"y": np.ones(5)})
+        with pytest.raises(StoreMismatchError, match=r"data changed \(pm.set_data\)"):
+            pm.sample(draws=10, tune=10, chains=1, step=step, progressbar=False)
+
+
 def test_store_false_keeps_each_chain_alone():
     with black_box_model():
         assert SurrogateHMC(store=False).store is None
