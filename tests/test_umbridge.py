@@ -210,6 +210,7 @@ def test_black_box_model_has_no_gradient_and_gradient_model_has_the_servers(serv
     ("linear_grad", "auto", 2),
     ("linear_grad", False, 1),
 ])
+@pytest.mark.shared_between_generations
 def test_samples_the_exact_posterior_from_the_server(server, name, gradient, cores):
     _, _, mean, cov = linear_problem()
     op = model_op(server.url, name, gradient=gradient)
@@ -311,6 +312,7 @@ def test_transient_server_errors_are_retried(server):
 
 
 @pytest.mark.parametrize("retries", [0, 2])
+@pytest.mark.shared_between_generations
 def test_server_failing_one_call_in_fifty_samples_right(server, retries):
     # Without retries each failure is a rejection (stat eval_failures); with them the
     # server's failures are absorbed. Either way the run completes and is right.

@@ -44,6 +44,7 @@ def pytest_collection_modifyitems(items):
         if short_form is not None and not any(set(key.split("-")) <= parts for key in short_form):
             item.add_marker(pytest.mark.slow)
     _rotate_ci_entries(items)
+    _share_between_generations(items)
 
 
 def _entry_id(item) -> str | None:
@@ -75,6 +76,52 @@ def _rotate_ci_entries(items) -> None:
             for index, item in enumerate(members):
                 if index not in chosen:
                     item.add_marker(pytest.mark.slow)
+
+
+#: Where ``_share_between_generations`` applies: the statistical checks of the samplers'
+#: numerics, and the benchmark scripts' smoke runs. Not the bad-input messages (cheap, and version-specific); in the sampling
+#: modes, which exercise PyMC's own machinery, a check with one CI case runs it in both.
+SHARED_BETWEEN_GENERATIONS = (
+    "tests/reliability/", "tests/core/", "tests/surrogates/", "tests/benchmarks/",
+)
+SHARED_EXCEPT = ("tests/reliability/test_bad_input.py",)
+SINGLE_CASE_IN_BOTH = ("tests/reliability/test_sampling_modes.py",)
+
+
+def _generation() -> int:
+    import pymc
+
+    return int(pymc.__version__.split(".")[0])
+
+
+def _share_between_generations(items) -> None:
+    """The two PyMC generations share the CI cases of the statistical checks, half each;
+    the other half carries ``slow``. A check with several CI cases runs in both generations
+    (alternate cases in each); one with a single case runs it in one generation, the next
+    such check in the other; every case is in CI once across the two.
+
+    The checks are of the samplers' numerics (numpy, the same code under both
+    generations); what is generation-specific (PyMC's sampling loop, compound steps,
+    processes, PyTensor's backends) runs in both through the checks' other cases, the
+    sampling modes, the unit tests and the golden draws. Successive checks start on
+    alternate halves, so that neither generation gets the heavier case of every pair. A
+    test outside ``SHARED_BETWEEN_GENERATIONS`` opts in with
+    ``pytest.mark.shared_between_generations``."""
+    parity = _generation() % 2
+    checks: dict = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        shared = (path.startswith(SHARED_BETWEEN_GENERATIONS) and not path.startswith(SHARED_EXCEPT)
+                  ) or item.get_closest_marker("shared_between_generations")
+        if not shared or item.get_closest_marker("slow") or item.get_closest_marker("experimental"):
+            continue
+        checks.setdefault(item.nodeid.split("[")[0], []).append(item)
+    for offset, (check, cases) in enumerate(checks.items()):
+        if len(cases) == 1 and check.startswith(SINGLE_CASE_IN_BOTH):
+            continue
+        for index, item in enumerate(cases):
+            if (index + offset) % 2 != parity:
+                item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

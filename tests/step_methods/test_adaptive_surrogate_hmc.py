@@ -10,6 +10,7 @@ SAMPLE = dict(draws=1000, tune=600, chains=2, cores=1, progressbar=False, random
 
 
 @pytest.mark.parametrize("black_box", [False, True])
+@pytest.mark.shared_between_generations
 def test_known_posterior_with_adaptation_in_the_draws(black_box):
     mean, cov = correlated_gaussian(5, seed=8)
     with gaussian_model(mean, cov, black_box=black_box):

@@ -47,6 +47,7 @@ def _surrogate(form: str):
 
 
 @pytest.mark.parametrize("form", ["lite", "finite"])
+@pytest.mark.shared_between_generations
 def test_recovers_a_correlated_gaussian_black_box(form):
     with gaussian_model(np.zeros(2), COV, black_box=True):
         idata = pm.sample(draws=1000, tune=1000, chains=2, step=KernelHMC(surrogate=_surrogate(form)),
@@ -62,6 +63,7 @@ def test_recovers_a_correlated_gaussian_black_box(form):
 
 
 @pytest.mark.parametrize("form", ["lite", "finite"])
+@pytest.mark.shared_between_generations
 def test_ten_dimensional_gaussian_from_a_short_tune(form):
     """N(0, I), d = 10, black box, 2 x (1000 + 1000): the base measure from the model's
     values (the tuning states' covariance had eigenvalues 0.15-0.7 of the truth's) and a
@@ -143,6 +145,7 @@ def test_pseudo_marginal_reuses_the_current_estimate():
     assert not bool(stats.tail_jump.values.any())
 
 
+@pytest.mark.shared_between_generations
 def test_pseudo_marginal_posterior_is_exact_where_metropolis_is_not():
     """The importance-sampling likelihood of a Gaussian random-effects model (exact
     posterior by quadrature): KernelHMC recovers it; pm.Metropolis, which re-estimates the

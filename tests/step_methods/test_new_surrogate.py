@@ -9,6 +9,7 @@ base.
 
 import numpy as np
 import pymc as pm
+import pytest
 
 from benchmarks.models import make_banana
 from pymc_surrogate import SurrogateStep
@@ -71,6 +72,7 @@ def test_laplace_hmc_recovers_an_exact_gaussian():
     assert_gaussian(idata, "x", mean, cov)
 
 
+@pytest.mark.shared_between_generations
 def test_laplace_hmc_recovers_a_banana():
     """Curved: a Gaussian surrogate is only approximate, so the correction does real work
     (the Hamiltonian correction: its path length adapts to the true acceptance), and

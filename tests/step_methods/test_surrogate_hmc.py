@@ -17,6 +17,7 @@ SAMPLE = dict(draws=1000, tune=600, chains=2, cores=1, progressbar=False, random
 
 
 @pytest.mark.parametrize("correction", ["surrogate_transition", "hamiltonian"])
+@pytest.mark.shared_between_generations
 def test_correlated_gaussian_with_gradient(correction):
     mean, cov = correlated_gaussian(6)
     with gaussian_model(mean, cov):
@@ -78,6 +79,7 @@ def test_hamiltonian_draws_get_the_full_length_only_if_it_holds_the_target(targe
     assert tuned is not full_length
 
 
+@pytest.mark.shared_between_generations
 def test_black_box_gaussian_without_gradient():
     mean, cov = correlated_gaussian(4, seed=2)
     with gaussian_model(mean, cov, black_box=True):
@@ -408,6 +410,7 @@ class _WelledAdaptiveSurrogateHMC(_WelledSurrogateHMC, AdaptiveSurrogateHMC):
     [(_WelledSurrogateHMC, {}), (_WelledAdaptiveSurrogateHMC, {"adapt_in_draws": False})],
     ids=["SurrogateHMC", "AdaptiveSurrogateHMC"],
 )
+@pytest.mark.shared_between_generations
 def test_when_every_refit_has_a_well_the_first_fit_is_kept(cls, settings):
     """Which fit is kept, and which learner continues it. (The draws of a chain left with a
     planted well are exact but mix slowly; that is the other tests' subject.)"""
@@ -452,6 +455,7 @@ def test_light_tails_get_no_tail_jumps_after_a_check_outside_the_draws(cls):
     assert not step.tails.check.worthwhile
 
 
+@pytest.mark.shared_between_generations
 def test_student_t_tails_get_tail_jumps_in_the_draws_only():
     with pm.Model():
         pm.StudentT("t", nu=3.0, mu=0.0, sigma=1.0, shape=3)
@@ -524,6 +528,7 @@ class _SteepMisplacedSurrogateHMC(_MisplacedSurrogateHMC):
         return steep
 
 
+@pytest.mark.shared_between_generations
 def test_the_fallback_runs_explorations_own_kernel_not_a_collapsed_surrogates():
     """The exact fallback of a stuck surrogate moves at exploration's step size.
 

@@ -145,6 +145,7 @@ def test_tuning_with_a_gradient_is_not_tempered():
     assert np.allclose(idata.warmup_sample_stats["surrogate_temperature"].values, 1.0)
 
 
+@pytest.mark.shared_between_generations
 def test_black_box_banana_covers_both_arms():
     """``benchmarks/banana_coverage.py`` at its seed 5, SurrogateHMC, 2 x (1000 + 2000):
     untempered in tuning, no chain's tuning reached b2 below -0.86, and the draws held no

@@ -12,6 +12,10 @@ from tests.reliability.broken import no_metropolis_correction
 from tests.reliability.helpers import check_gaussian, check_moments, sample
 from tests.reliability.test_faults import BAD_REGIONS, EDGE, first_coordinate_moments
 
+#: Statistical checks of the Riemannian kernel (numpy): CI shares their cases between the
+#: PyMC generations (tests/reliability/conftest.py).
+pytestmark = pytest.mark.shared_between_generations
+
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"metric": "fisher"}, "metric must be one of"),
