@@ -82,7 +82,7 @@ from pymc_surrogate.step_methods.warmup.prior import draw_prior, prior_scale
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
+class SurrogateStep(Refits, ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass names its surrogate family (``surrogate_family``: estimator classes of the
@@ -147,6 +147,7 @@ class SurrogateStep(Refits, MassMatrix, ArrayStepShared):
         )
         self.evaluator = Evaluator(self.functions, layout, owner, self.health.warn)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self.mass_matrix = MassMatrix(self.tuning, kernel.dense_mass, self.dim)
         self.far = FarProposals(self.dim, self.tuning.far_sd)
         self.target_accept = target_accept
         self.tails = TailJumps(tail_jumps, self.dim, self.tuning)

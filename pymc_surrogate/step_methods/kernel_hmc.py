@@ -49,7 +49,7 @@ class KernelChainState(ChainState):
     kernel: KernelState = field(default_factory=KernelState)
 
 
-class KernelHMC(KernelFit, SurrogateStep):
+class KernelHMC(SurrogateStep):
     r"""Gradient-free HMC on a kernel exponential family learnt from the chain's states
     (KMC), exactly corrected; safe for pseudo-marginal (noisy) likelihoods.
 
@@ -240,6 +240,7 @@ class KernelHMC(KernelFit, SurrogateStep):
             # the check judges the tails on potentials: noisy estimates here
             kwargs["tail_jumps"] = 0
         super().__init__(vars, use_gradient=use_gradient, **kwargs)
+        self.fit_judge = KernelFit(self.temperature, judged=not self.context.dim)
         if self.pseudo_marginal and self.functions.shared:
             warnings.warn(
                 "KernelHMC(pseudo_marginal=True) samples only some of the model's "
@@ -275,6 +276,28 @@ class KernelHMC(KernelFit, SurrogateStep):
         return np.array(kernel.states[start:], dtype=np.float64).reshape(-1, width)
 
     # ------------------------------------------------------------ the surrogate
+    def _fit_surrogate(self, chain: KernelChainState, **settings):
+        """A new fit (sigma and lam by cross-validation where "auto") to the history, its
+        base and its judgement by the model's values (``KernelFit``)."""
+        history = self._history(chain)
+        dim = self.context.block_dim
+        inputs, whitening = self.context.training_inputs(history[:, :dim], history[:, dim:])
+        judge = self._out_of_sample(chain)
+        whitening = self.fit_judge.base(whitening, judge, chain.training)
+        surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
+        # No check of the cross-validated score: it is relative to the Gaussian base, so a
+        # fit that says nothing beyond it (score >= 0, the largest penalty) is that Gaussian,
+        # a proper and usable surrogate, not a flat one.
+        fitted = self.fit_judge.judge(surrogate.fit(inputs), judge)
+        chain.kernel.fit_end = len(chain.kernel.states)
+        chain.kernel.fitted_on = len(history)
+        return fitted
+
+    def _out_of_sample(self, chain: KernelChainState) -> tuple:
+        """The tune evaluations that judge a fit (``KernelFit.out_of_sample``)."""
+        return self.fit_judge.out_of_sample(chain.training, self._relevant(chain),
+                                            self._history(chain))
+
     def _make_surrogate(self, whitening: Whitening, random_state, **settings):
         temperature = 1.0 if self.temperature == "auto" else self.temperature
         # A compound step's block: score matching in the block's coordinates only (the
@@ -336,7 +359,7 @@ class KernelHMC(KernelFit, SurrogateStep):
                     current.whitening_, self.rng.spawn(1)[0], sigma=current.sigma_,
                     lam=current.lam_).fit(history)
                 fitted_on = len(history)
-            candidate = self._no_worse_than_base(chain, candidate)
+            candidate = self.fit_judge.judge(candidate, self._out_of_sample(chain))
             value, grad = self.context.field(candidate)(info.point.q)
             if not (np.isfinite(value) and np.all(np.isfinite(grad))):
                 raise FloatingPointError("the updated surrogate is not finite")

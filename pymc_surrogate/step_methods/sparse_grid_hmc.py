@@ -14,7 +14,7 @@ from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.evaluation.batch import SERIAL
-from pymc_surrogate.step_methods.grid.domain import GridDomain
+from pymc_surrogate.step_methods.grid.domain import BoxGaussian, GridDomain
 from pymc_surrogate.step_methods.grid.field import OUTSIDE_SHARE, GridField
 from pymc_surrogate.step_methods.grid.precompute import (
     GridPrecompute,
@@ -33,7 +33,7 @@ __all__ = ["SparseGridHMC", "GridPrecomputeError"]
 POOR_MOVE_RATE = 0.3
 
 
-class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
+class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
     r"""HMC on a grid interpolant of the potential, precomputed before sampling.
 
     The potential ``U = -logp`` is evaluated once at the nodes of a grid over a domain of
@@ -211,7 +211,8 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
             )
         # No model evaluation here: the grid is built at first use (``_refit``,
         # ``_current_point``) or by ``precompute()``.
-        self._domain_given = self._given_domain(domain.bounds, domain.mean, domain.cov)
+        self.domain = GridDomain(self.dim, self.k, self.has_gradient)
+        self._domain_given = self.domain.given(domain.bounds, domain.mean, domain.cov)
         self._check_grid_settings()
         if grid is not None:
             self.grid_ = load_grid(grid, self.dim)
@@ -241,6 +242,11 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         if not self._grid_given:
             self.grid_ = None
             self.__dict__.pop("box_cov_", None)
+
+    def _box_gaussian(self) -> None:
+        """The grid's box and its Gaussian (``BoxGaussian``)."""
+        self.box_ = BoxGaussian.of(self.grid_, self.k)
+        self.box_mean_, self.box_cov_ = self.box_.mean, self.box_.cov
 
     def _new_chain(self) -> ChainState:
         chain = super()._new_chain()
@@ -274,11 +280,7 @@ class SparseGridHMC(GridDomain, GridPrecompute, GridField, SurrogateStep):
         """``dense_mass="auto"``: dense when the box's Gaussian is strongly correlated (the
         skeleton asks the chain's exploration probe, which a grid's chain never makes:
         a ridge regression, correlation -0.99999, then got a diagonal metric, ESS 5)."""
-        if self.kernel_settings.dense_mass != "auto":
-            return bool(self.kernel_settings.dense_mass)
-        scale = np.sqrt(np.diag(self.box_cov_))
-        eigs = np.linalg.eigvalsh(self.box_cov_ / np.outer(scale, scale))
-        return bool(eigs.min() * self.tuning.dense_scale_margin < eigs.max())
+        return self.mass_matrix.dense_at_first(self.box_cov_, None)
 
     def _warm_up(self, chain, chain_scale, field, initial_step, n_samples=0):
         # The step size and metric are tuned on the grid alone: its continuation outside

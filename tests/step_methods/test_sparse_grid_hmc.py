@@ -17,6 +17,7 @@ from pytensor.graph.op import Op
 
 from pymc_surrogate import GridBox
 from pymc_surrogate.compat import bulk_ess
+from pymc_surrogate.step_methods.grid.domain import GridDomain
 from pymc_surrogate.step_methods.sparse_grid_hmc import (
     GridPrecomputeError,
     SparseGridHMC,
@@ -513,13 +514,6 @@ def test_a_cheap_grid_prints_no_progress_bar_by_default(capsys, monkeypatch):
     assert shown == [False, True]
 
 
-class _Box:
-    """What ``_refit_domain`` reads of the step."""
-
-    def __init__(self, dim, k=3.0):
-        self.dim, self.k = dim, k
-
-
 def _grid_potentials(potential, mean, cov, dim):
     from pymc_surrogate.surrogates.box import principal_box
     from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
@@ -547,19 +541,19 @@ def test_a_black_box_warm_up_box_is_refitted_to_its_grids_nodes():
 
     narrow = 0.5 * cov
     grid, potentials = _grid_potentials(gaussian, mean + 0.3 * np.sqrt(np.diag(cov)), narrow, dim)
-    refit = SparseGridHMC._refit_domain(_Box(dim), grid, potentials)
+    refit = GridDomain(dim, 3.0, False).refitted(grid, potentials)
     assert refit is not None
     _domain, transform = refit
     np.testing.assert_allclose(transform.center, mean, atol=1e-6)
     np.testing.assert_allclose(transform.axes @ transform.axes.T, cov, rtol=1e-6, atol=1e-6)
     grid, potentials = _grid_potentials(gaussian, mean, cov, dim)
-    assert SparseGridHMC._refit_domain(_Box(dim), grid, potentials) is None
+    assert GridDomain(dim, 3.0, False).refitted(grid, potentials) is None
 
     def banana(q):
         return 0.5 * q[0] ** 2 + 0.5 * ((q[1] - q[0] ** 2 + 1.0) / 0.3) ** 2
 
     grid, potentials = _grid_potentials(banana, np.array([0.0, 0.0]), np.diag([1.0, 2.0]), 2)
-    assert SparseGridHMC._refit_domain(_Box(2), grid, potentials) is None
+    assert GridDomain(2, 3.0, False).refitted(grid, potentials) is None
 
 
 def test_after_set_data_the_grid_is_built_for_the_new_posterior():

@@ -19,7 +19,7 @@ from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["KernelFit", "MAX_TEMPERATURE"]
 
-#: Most tune evaluations a fit is judged on against the base alone (``_no_worse_than_base``).
+#: Most tune evaluations a fit is judged on against the base alone (``KernelFit.judge``).
 VALUE_CHECK_POINTS = 1000
 #: ``temperature="auto"``: how far (nats) above the lowest points a point must be for its
 #: rise ratio to count (``_tail_temperature``).
@@ -36,25 +36,23 @@ MAX_TEMPERATURE = 4.0
 
 
 class KernelFit:
-    """Mixin of ``KernelHMC``: the fit, judged against its base; the base; the values."""
+    """How KernelHMC judges a fit against its Gaussian base on the model's own values (a
+    part of ``KernelHMC``; it holds settings only).
 
-    def _fit_surrogate(self, chain, **settings):
-        """A new fit (sigma and lam by cross-validation where "auto") to the history."""
-        history = self._history(chain)
-        dim = self.context.block_dim
-        inputs, whitening = self.context.training_inputs(history[:, :dim], history[:, dim:])
-        judge = self._out_of_sample(chain)
-        whitening = self._base_from_values(chain, whitening, judge)
-        surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
-        # No check of the cross-validated score: it is relative to the Gaussian base, so a
-        # fit that says nothing beyond it (score >= 0, the largest penalty) is that Gaussian,
-        # a proper and usable surrogate, not a flat one.
-        fitted = self._no_worse_than_base(chain, surrogate.fit(inputs), judge)
-        chain.kernel.fit_end = len(chain.kernel.states)
-        chain.kernel.fitted_on = len(history)
-        return fitted
+    Parameters
+    ----------
+    temperature : float or "auto"
+        KernelHMC's ``temperature``.
+    judged : bool
+        Whether the model's values can judge a fit: not a compound step's block, whose
+        values depend on the other variables.
+    """
 
-    def _no_worse_than_base(self, chain, surrogate, judge=None):
+    def __init__(self, temperature: float | str, judged: bool):
+        self.temperature = temperature
+        self.judged = judged
+
+    def judge(self, surrogate, judge: tuple):
         """``surrogate``, or its Gaussian base alone if ``f`` follows the model worse;
         with ``temperature="auto"``, tempered to the model's values.
 
@@ -63,13 +61,12 @@ class KernelFit:
         chose sigma 0.58, lam 5, and ``f`` narrowed the surrogate back to the states'
         sliver; one chain never moved (acceptance 0 in 1000 draws). The judge is the
         model's own potentials at tune evaluations out of the fit's sample
-        (``_out_of_sample``): the misfit of ``U`` by ``U~ / T`` with ``f`` and without it
+        (``out_of_sample``): the misfit of ``U`` by ``U~ / T`` with ``f`` and without it
         (``_tempered_misfit``; noisy pseudo-marginal values add the same spread to both).
         ``temperature="auto"``: ``_tail_temperature`` (N(0, I), d = 20, exact base: a
         fixed 1.5 gave acceptance 0.34, ESS 96 in 2 x 1000 draws; the rule gives 1).
-        ``judge``: ``_out_of_sample(chain)`` if the caller has it.
         """
-        positions, potentials = self._out_of_sample(chain) if judge is None else judge
+        positions, potentials = judge
         if positions is None:
             if self.temperature != "auto":
                 return surrogate
@@ -90,11 +87,12 @@ class KernelFit:
             chosen.temperature = temperature
         return chosen
 
-    def _base_from_values(self, chain, states: Whitening,
-                          judge: tuple) -> Whitening:
+    @staticmethod
+    def base(states: Whitening, judge: tuple, training) -> Whitening:
         """The whitening, and so the Gaussian base measure: the states' Gaussian or a
-        quadratic regression of the tune's model values, whichever follows the model's
-        values best (``_out_of_sample``; the quadratic with and without its trust region).
+        quadratic regression of the tune's model values (``training``: the chain's
+        evaluations), whichever follows the model's values at ``judge`` best (the
+        quadratic with and without its trust region).
 
         The states of a short tuning run span a sliver of the posterior (N(0, I) in d = 10
         after 1000 tuning iterations: covariance eigenvalues 0.15-0.7), and a base measure
@@ -112,10 +110,9 @@ class KernelFit:
         if positions is None:
             return states
         candidates = [states]
-        fit = laplace_from_values(chain.training.positions, chain.training.potentials,
-                                  trust_region=False)
+        fit = laplace_from_values(training.positions, training.potentials, trust_region=False)
         for gaussian in (() if fit is None else
-                         (within_trust_region(fit, chain.training.positions), fit)):
+                         (within_trust_region(fit, training.positions), fit)):
             try:
                 candidates.append(Whitening(gaussian.mean.copy(), gaussian.factor()))
             except (np.linalg.LinAlgError, ValueError):
@@ -124,25 +121,24 @@ class KernelFit:
                    for w in candidates]
         return candidates[int(np.argmin(misfits))]
 
-    def _out_of_sample(self, chain):
-        """Positions and model potentials of tune evaluations a fit did not learn from
-        (the energy window's, at most ``VALUE_CHECK_POINTS``), or ``(None, None)``.
+    def out_of_sample(self, training, relevant: np.ndarray, history: np.ndarray) -> tuple:
+        """Positions and model potentials of the evaluations in ``training`` at the indices
+        ``relevant`` (the energy window's) that are not among the fit's ``history``, at
+        most ``VALUE_CHECK_POINTS``; or ``(None, None)``.
 
         In sample, a fit follows the states it was fitted to: a spiky ``f`` (lam 5) won
-        on N(0, I), d = 20, and one chain then accepted 11%. A compound step's block is
-        not judged (its values depend on the other variables).
+        on N(0, I), d = 20, and one chain then accepted 11%.
         """
-        if self.context.dim or len(chain.training) < 2:
+        if not self.judged or len(training) < 2:
             return None, None
-        keep = self._relevant(chain)
-        fitted_states = {row.tobytes() for row in self._history(chain)}
-        positions = chain.training.positions
-        keep = keep[[positions[i].tobytes() not in fitted_states for i in keep]]
+        fitted_states = {row.tobytes() for row in history}
+        positions = training.positions
+        keep = relevant[[positions[i].tobytes() not in fitted_states for i in relevant]]
         if keep.size > VALUE_CHECK_POINTS:
             keep = keep[np.linspace(0, keep.size - 1, VALUE_CHECK_POINTS).astype(int)]
         if keep.size < 2:
             return None, None
-        return positions[keep], chain.training.potentials[keep]
+        return positions[keep], training.potentials[keep]
 
 
 def _tempered_misfit(fitted: np.ndarray, potentials: np.ndarray,

@@ -178,6 +178,36 @@ class Refits:
         positions = np.array(chain.positions[start:]).reshape(-1, self.dim)
         return positions, np.array(chain.position_potentials[start:])
 
+    def _use_metric(self, scale: Whitening) -> None:
+        """The surrogate trajectories' mass matrix: the covariance of ``scale``."""
+        self.kernel.use(metric=self.mass_matrix.metric(scale, self.rng.spawn(1)[0]))
+
+    def _dense_chain_scale(self, chain: ChainState) -> bool:
+        """Whether the surrogate is first sampled with a dense mass matrix
+        (``MassMatrix.dense_at_first``, from the exploration's probe and the chain's
+        late tuning states)."""
+        probe = self.exploration.probe
+        return self.mass_matrix.dense_at_first(None if probe is None else probe.cov,
+                                               self._late_tuning_states(chain)[0])
+
+    def _scale_frame(self) -> Whitening | None:
+        """A scale known before sampling, in which mass matrices are estimated (None: the
+        parameters' own; SparseGridHMC: its box's Gaussian)."""
+        return None
+
+    def _adapt_to_surrogate(
+        self, chain: ChainState, chain_scale: Whitening, warm_up: SurrogateWarmUp
+    ) -> None:
+        """Mass matrix and step size from the surrogate's own draws (``MassMatrix.adapt``):
+        no model evaluation."""
+        field = self._surrogate_field(chain)
+        step = self.mass_matrix.adapt(
+            warm_up, chain_scale, self._late_tuning_states(chain)[0],
+            sample=lambda step_size, n: self._warm_up(chain, chain_scale, field, step_size, n),
+            use=self._use_metric, frame=self._scale_frame(),
+        )
+        self.kernel.use(step_size=step)
+
     def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
         positions = self._late_tuning_states(chain)[0]
         if len(np.unique(positions, axis=0)) <= self.dim:
@@ -202,7 +232,7 @@ class Refits:
             chain.whitening = self._posterior_scale(chain, dense=True)
             chain_scale = (chain.whitening if self._dense_chain_scale(chain)
                            else self._posterior_scale(chain, dense=False))
-            self.kernel.use(metric=self._metric(chain_scale))
+            self._use_metric(chain_scale)
             surrogate = self._fit_surrogate(chain)
             surrogate, warm_up = self._without_spurious_well(chain, chain_scale, surrogate)
             first = chain.surrogate is None

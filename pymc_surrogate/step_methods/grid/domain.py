@@ -10,15 +10,16 @@ banana's arms; the burn-in trajectories find the high-density region).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.stats
 
-from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.base import Domain
 from pymc_surrogate.surrogates.box import check_domain, principal_box
 from pymc_surrogate.surrogates.laplace import laplace_from_values
 
-__all__ = ["GridDomain", "MAX_GROWTH", "MAX_REFITS"]
+__all__ = ["BoxGaussian", "GridDomain", "MAX_GROWTH", "MAX_REFITS"]
 
 #: Most times a box found from the warm-up is grown (each growth is a new grid).
 MAX_GROWTH = 4
@@ -37,11 +38,46 @@ REFIT_MASS = 0.9
 REFIT_DRAWS, REFIT_SEED = 4000, 20261202
 
 
-class GridDomain:
-    """Mixin of ``SparseGridHMC``: the box, from the settings or the warm-up, and its
-    Gaussian."""
+class BoxGaussian(NamedTuple):
+    """The box's Gaussian: centre, ``±k`` sd along the box's edges. It is the grid chain's
+    first metric, the frame of its mass matrices and the continuation's rise outside."""
 
-    def _given_domain(self, bounds, mean, cov):
+    lower: np.ndarray  # the box, in its own (transformed) coordinates
+    upper: np.ndarray
+    sd: np.ndarray  # (upper - lower) / 2k
+    axes: np.ndarray  # q = mean + axes @ (unit-sd coordinates)
+    mean: np.ndarray
+    cov: np.ndarray
+
+    @classmethod
+    def of(cls, grid, k: float) -> BoxGaussian:
+        lower, upper = grid.domain_
+        sd = (upper - lower) / (2.0 * k)
+        dim = lower.size
+        axes = (np.eye(dim) if grid.transform is None else grid.transform.axes) * sd
+        middle = 0.5 * (lower + upper)
+        mean = middle if grid.transform is None else grid.transform.from_box(middle)
+        return cls(lower, upper, sd, axes, mean, axes @ axes.T)
+
+
+class GridDomain:
+    """SparseGridHMC's box, from its settings or the warm-up (a part of the step; it holds
+    settings only: the box is the grid's ``domain_``).
+
+    Parameters
+    ----------
+    dim : int
+    k : float
+        The box's half-width in sds (``GridBox.k``).
+    has_gradient : bool
+        Whether the warm-up climbed to the mode (its Laplace probe then sets the box's
+        axes and sds).
+    """
+
+    def __init__(self, dim: int, k: float, has_gradient: bool):
+        self.dim, self.k, self.has_gradient = dim, k, has_gradient
+
+    def given(self, bounds, mean, cov):
         """``(domain, transform)`` from ``bounds`` or ``mean``/``cov`` (checked, nothing
         evaluated), or None: the box comes from the warm-up."""
         if bounds is not None:
@@ -70,8 +106,11 @@ class GridDomain:
             )
         return principal_box(mean, cov, self.k)
 
-    def _warm_up_domain(self, chain: ChainState):
-        """The box from the warm-up's evaluations (every chain's, through the store): along
+    def from_warm_up(self, positions: np.ndarray, potentials: np.ndarray, mode_depth: float,
+                     probe, n_evaluations: int):
+        """``(domain, transform)`` from the warm-up's evaluations near the typical set
+        (``positions``, ``potentials``; every chain's, through the store; ``probe``: the
+        exploration's Laplace probe, ``n_evaluations`` for the message): along
         the principal axes of those within ``TrainingPolicy.mode_depth`` of the lowest
         potential, ``+-k`` of their sds, and wide enough to hold them all. With a gradient,
         the axes and sds are the climb's Laplace approximation (its Newton probe), still
@@ -84,17 +123,15 @@ class GridDomain:
         seeds, where the Laplace box, held to them, was right at 6 of 6
         (benchmarks/results/sparse_grid_short_*.md).
         """
-        keep = self._relevant(chain)
-        positions, potentials = chain.training.positions[keep], chain.training.potentials[keep]
         if potentials.size == 0:
-            raise ValueError(self._no_domain(chain))
-        near = positions[potentials <= potentials.min() + self.policy.mode_depth(self.dim)]
+            raise ValueError(_no_domain(n_evaluations))
+        near = positions[potentials <= potentials.min() + mode_depth]
         if len(np.unique(near, axis=0)) <= 2 * self.dim:
             near = positions
         cov = np.cov(near, rowvar=False).reshape(self.dim, self.dim)
         if len(np.unique(near, axis=0)) <= self.dim or not np.all(np.linalg.eigvalsh(cov) > 0):
-            raise ValueError(self._no_domain(chain))
-        mean, probe = near.mean(axis=0), self.exploration.probe
+            raise ValueError(_no_domain(n_evaluations))
+        mean = near.mean(axis=0)
         if self.has_gradient and probe is not None:
             mean, cov = probe.mean, probe.cov  # the climb's Laplace approximation (§3.5)
         domain, transform = principal_box(mean, cov, self.k)
@@ -102,14 +139,7 @@ class GridDomain:
         return Domain(np.minimum(domain.lower, u.min(axis=0)),
                       np.maximum(domain.upper, u.max(axis=0))), transform
 
-    def _no_domain(self, chain: ChainState) -> str:
-        return (f"SparseGridHMC could not find a domain of interest: the warm-up's "
-                f"{len(chain.training)} evaluations span no box. Give the domain yourself "
-                "(domain=GridBox(bounds=(lower, upper)), or GridBox(mean=..., cov=...)), or "
-                "lengthen the warm-up "
-                "(warmup=WarmUp(steps=...)).")
-
-    def _grown_domain(self, grid, potentials: np.ndarray) -> Domain | None:
+    def grown(self, grid, potentials: np.ndarray) -> Domain | None:
         """The box grown by half its width past each face where the posterior has not
         fallen off, or None.
 
@@ -135,7 +165,7 @@ class GridDomain:
             return None
         return Domain(*grown)
 
-    def _refit_domain(self, grid, potentials: np.ndarray):
+    def refitted(self, grid, potentials: np.ndarray):
         """A black box's box re-fitted to the grid's nodes: ``(domain, transform)`` of
         ``+-k`` sds of their Laplace approximation, or None (the box holds its mass, or
         the quadratic does not fit the nodes: a curved posterior keeps its warm-up box).
@@ -177,24 +207,9 @@ class GridDomain:
             return None
         return principal_box(laplace.mean, laplace.cov, self.k)
 
-    def _potential(self, q: np.ndarray) -> float:
-        """``U(q)`` for the box's checks; inf where the model is not finite or raises."""
-        try:
-            with np.errstate(all="ignore"):
-                value = -float(self.functions.logp(q))
-        except Exception:  # noqa: BLE001 - a check, not a draw
-            return np.inf
-        return value if np.isfinite(value) else np.inf
 
-    def _box_gaussian(self) -> None:
-        """The box's Gaussian (centre, ``±k`` sd along its edges): the first metric, the
-        frame of the mass matrices, and the continuation's rise outside the box."""
-        grid = self.grid_
-        lower, upper = grid.domain_
-        self._box_lower, self._box_upper = lower, upper
-        self._box_sd = (upper - lower) / (2.0 * self.k)
-        axes = np.eye(self.dim) if grid.transform is None else grid.transform.axes
-        middle = 0.5 * (lower + upper)
-        self.box_mean_ = middle if grid.transform is None else grid.transform.from_box(middle)
-        self._box_axes = axes * self._box_sd  # q = box_mean_ + _box_axes @ (unit-sd coordinates)
-        self.box_cov_ = self._box_axes @ self._box_axes.T
+def _no_domain(n_evaluations: int) -> str:
+    return (f"SparseGridHMC could not find a domain of interest: the warm-up's "
+            f"{n_evaluations} evaluations span no box. Give the domain yourself "
+            "(domain=GridBox(bounds=(lower, upper)), or GridBox(mean=..., cov=...)), or "
+            "lengthen the warm-up (warmup=WarmUp(steps=...)).")

@@ -106,7 +106,7 @@ class GridField:
         """
         transform = self.grid_.transform
         u = q if transform is None else transform.to_box(q)
-        out = (u - np.clip(u, self._box_lower, self._box_upper)) / self._box_sd
+        out = (u - np.clip(u, self.box_.lower, self.box_.upper)) / self.box_.sd
         distance = float(np.sqrt(out @ out))
         if distance > self.tuning.far_sd:
             return np.inf, np.zeros_like(q)
@@ -117,10 +117,19 @@ class GridField:
         value, grad = self._continuation(q, tilt)
         weight, slope = depth * depth * (3.0 - 2.0 * depth), 6.0 * depth * (1.0 - depth)
         gap = point.potential - value
-        grad_depth_u = out / (self._box_sd * max(depth, 1e-300) * BLEND_DEPTH**2)
+        grad_depth_u = out / (self.box_.sd * max(depth, 1e-300) * BLEND_DEPTH**2)
         grad_depth = grad_depth_u if transform is None else transform.gradient_from_box(grad_depth_u)
         return (value + weight * gap,
                 grad + weight * (point.grad - grad) + slope * gap * grad_depth)
+
+    def _potential(self, q: np.ndarray) -> float:
+        """``U(q)`` for the box's checks; inf where the model is not finite or raises."""
+        try:
+            with np.errstate(all="ignore"):
+                value = -float(self.functions.logp(q))
+        except Exception:  # noqa: BLE001 - a check, not a draw
+            return np.inf
+        return value if np.isfinite(value) else np.inf
 
     def _centre_is_higher(self, q: np.ndarray) -> bool:
         centre = self._potential(self.box_mean_)
@@ -139,12 +148,12 @@ class GridField:
         grid = self.grid_
         transform = grid.transform
         u = q if transform is None else transform.to_box(q)
-        face = np.clip(u, self._box_lower, self._box_upper)
+        face = np.clip(u, self.box_.lower, self.box_.upper)
         q_face = face if transform is None else transform.from_box(face)
         value, grad = grid.value_and_grad(q_face)
-        out = (u - face) / self._box_sd
+        out = (u - face) / self.box_.sd
         grad_u = grad if transform is None else grad @ transform.axes
-        grad_u = np.where(out == 0.0, grad_u, (self.k + np.abs(out)) * np.sign(out) / self._box_sd)
+        grad_u = np.where(out == 0.0, grad_u, (self.k + np.abs(out)) * np.sign(out) / self.box_.sd)
         grad_q = grad_u if transform is None else transform.gradient_from_box(grad_u)
         rise = value + float(np.sum(self.k * np.abs(out) + 0.5 * out * out))
         return _tilted((rise, grad_q), q, tilt)

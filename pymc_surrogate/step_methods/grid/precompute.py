@@ -77,8 +77,8 @@ class GridPrecompute:
     def _precompute_grid(self, chain) -> None:
         """The grid over the given domain, or over the warm-up's box: for a black box
         re-fitted to the grid's own nodes while their Laplace approximation says the box
-        misses its mass (``_refit_domain``), then grown where the posterior has not fallen
-        off at a face (``_grown_domain``); and what it cost."""
+        misses its mass (``GridDomain.refitted``), then grown where the posterior has not
+        fallen off at a face (``GridDomain.grown``); and what it cost."""
         started = time.perf_counter()
         domain, transform = (self._domain_given if self._domain_given is not None
                              else self._warm_up_domain(chain))
@@ -91,12 +91,12 @@ class GridPrecompute:
             if self._domain_given is not None or boxes > MAX_GROWTH:
                 break
             if refits < MAX_REFITS and not self.has_gradient:
-                refit = self._refit_domain(grid, potentials)
+                refit = self.domain.refitted(grid, potentials)
                 if refit is not None:
                     domain, transform = refit
                     refits += 1
                     continue
-            grown = self._grown_domain(grid, potentials)
+            grown = self.domain.grown(grid, potentials)
             if grown is None:
                 break
             domain = grown
@@ -110,6 +110,14 @@ class GridPrecompute:
         if self._save_grid is not None:
             self.precompute_["saved"] = grid.save(self._save_grid)
         self._box_gaussian()
+
+    def _warm_up_domain(self, chain: ChainState):
+        """The box from the warm-up's evaluations near the typical set
+        (``GridDomain.from_warm_up``)."""
+        keep = self._relevant(chain)
+        return self.domain.from_warm_up(
+            chain.training.positions[keep], chain.training.potentials[keep],
+            self.policy.mode_depth(self.dim), self.exploration.probe, len(chain.training))
 
     def _grid_over(self, domain, transform):
         """A grid's nodes over ``domain`` and the model's potentials there (unfitted)."""
