@@ -333,8 +333,9 @@ def model_data(compile_graph) -> list:
 
 
 def data_fingerprint(data) -> str:
-    """A hash of the current values of ``data`` (``model_data``)."""
+    """A hash of the current values of ``data`` (``model_data``), read in place: it runs
+    at every chain's start, and a large data set is not copied for it."""
     digest = hashlib.sha256()
     for var in data:
-        digest.update(np.ascontiguousarray(var.get_value(borrow=True)).tobytes())
+        digest.update(memoryview(np.ascontiguousarray(var.get_value(borrow=True))).cast("B"))
     return digest.hexdigest()
