@@ -37,6 +37,13 @@ from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.adaptation.refit import Refits
 from pymc_surrogate.step_methods.adaptation.surrogate_tuning import SurrogateTuning
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy, TrainingSet
+from pymc_surrogate.step_methods.adaptation.transport_frame import (
+    Frame,
+    FramedFunctions,
+    convert,
+    convert_point,
+    frame_setting,
+)
 from pymc_surrogate.step_methods.evaluation.batch import (
     _NodeLogp,
     evaluate_logp,
@@ -118,7 +125,7 @@ class SurrogateStep(Refits, ArrayStepShared):
         self, vars=None, *, surrogate=None, kernel: HMCKernel | None = None,
         warmup: WarmUp | None = None, target_accept: float = 0.8,
         tail_jumps: float | str = "auto", use_gradient: bool | str = "auto", store=None,
-        executor=None, model=None, blocked: bool = True, rng=None,
+        executor=None, frame="auto", model=None, blocked: bool = True, rng=None,
         initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,
     ):
         owner = type(self).__name__
@@ -163,6 +170,13 @@ class SurrogateStep(Refits, ArrayStepShared):
         self.context = BlockContext(self.functions.shared, self.dim, owner)
         self.explore_executor, self.explore_tries = exploration_executor(
             executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
+        if isinstance(frame, str) and frame == "auto":  # the learned frame where it can run
+            frame = ("affine" if self.context.dim or self.explore_executor is not None
+                     else self.default_frame)
+        self.frame = Frame(frame_setting(frame, owner), self.dim)
+        self.frame.check(owner, self.context.dim > 0, self.explore_executor is not None)
+        if self.frame.learned:  # the step sees the model in the chain's coordinates
+            self.evaluator.functions = FramedFunctions(self.functions, self.frame)
         self.exploration = Exploration(
             self.has_gradient, self.dim, kernel.path_length, kernel.max_energy_error,
             self.explore_tries if self.explore_executor is not None else None,
@@ -207,6 +221,9 @@ class SurrogateStep(Refits, ArrayStepShared):
 
     #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).
     default_kernel = HMCKernel(n_inner=1)
+    #: The frame ``frame="auto"`` learns where it can (``adaptation/transport_frame.py``;
+    #: the affine one in a compound step or with an executor).
+    default_frame = "affine"
 
     def check_kernel(self, kernel: HMCKernel) -> None:
         """Refuse kernel settings this step cannot run (the Euclidean metric only here)."""
@@ -465,7 +482,7 @@ class SurrogateStep(Refits, ArrayStepShared):
         """Add the other chains' new evaluations to the chain's training set (in tuning)."""
         rows = None if chain.frozen else self.sharing.read(self.dim, self.context.dim)
         if rows is not None:
-            rows = self._rows_in_frame(chain, rows)
+            rows = self.frame.rows_in_frame(rows)
             chain.training.extend(rows.positions, rows.potentials, rows.gradients,
                                   rows.contexts)
 
@@ -547,7 +564,8 @@ class SurrogateStep(Refits, ArrayStepShared):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict[str, Any]]]:
         start = time.perf_counter()
         chain = self.chain
-        q = q0.data.astype(np.float64, copy=False)
+        before = self.frame.map  # the frame this iteration starts in
+        q = self.frame.enter(q0.data.astype(np.float64, copy=False), chain.current)
         logp_before, grad_before = chain.counts.logp_evals, chain.counts.grad_evals
         chain.on_surrogate = self.surrogate_tuning.active(
             self._tuning_now(chain), chain.surrogate is not None, self.exploration.paused)
@@ -604,7 +622,15 @@ class SurrogateStep(Refits, ArrayStepShared):
             **self.coverage.stats(not (exploring or jumping), self._tuning_now(chain)),
             **self._extra_stats(chain),
         }
-        return RaveledVars(chain.current.q, q0.point_map_info), [stats]
+        if not self.frame.learned:
+            return RaveledVars(chain.current.q, q0.point_map_info), [stats]
+        q = self.frame.leave(chain.current.q, before)
+        if self.frame.map is not before:  # a refit in this iteration: the state is in the old frame
+            chain.current = convert_point(chain.current, before, self.frame.map)
+            chain.current_key = self.evaluator.key(chain.current.q)
+        if np.isfinite(stats["model_logp"]):
+            stats["model_logp"] = self.frame.model_logp(chain.current)
+        return RaveledVars(q, q0.point_map_info), [stats]
 
     def _adapt(self, chain: ChainState, info: TransitionInfo, exploring: bool) -> None:
         """Step sizes, path length, mass matrix, tuning trace, and the refit schedule."""
@@ -672,7 +698,7 @@ class SurrogateStep(Refits, ArrayStepShared):
         """A finite evaluation goes into the store and, as training data, to the chain."""
         if not np.isfinite(point.potential):
             return
-        self.sharing.record(self._stored_point(chain, point),
+        self.sharing.record(self.frame.stored(point),
                             self.context.values() if self.context.dim else None)
         if record and self.policy.records(chain.frozen):
             chain.training.append(point.q, point.potential, point.grad, self.context.values())
@@ -681,14 +707,34 @@ class SurrogateStep(Refits, ArrayStepShared):
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
         """Hook: a new finite model evaluation was added to the training set."""
 
-    def _stored_point(self, chain: ChainState, point: ChainPoint) -> ChainPoint:
-        """Hook: ``point`` in the model's coordinates, as the store keeps it (the step's
-        own unless it runs in a learned frame, ``adaptation/transport_frame.py``)."""
-        return point
+    # ------------------------------------------------------------- the frame
+    def _refit(self, chain: ChainState) -> None:
+        """The frame first (where the step learns one), then the surrogate in it."""
+        if not self.frame.learned:
+            return super()._refit(chain)
+        old = self.frame.map
+        states = self._late_tuning_states(chain)[0]
+        new = self.frame.fitted(states if old is None else old.forward(states))
+        if new is not old:
+            self._reframe(chain, old, new)
+        failed = chain.counts.failed_fits
+        super()._refit(chain)
+        if chain.counts.failed_fits > failed and new is not old:
+            self._reframe(chain, new, old)  # the kept surrogate is in the old frame
 
-    def _rows_in_frame(self, chain: ChainState, rows):
-        """Hook: rows read from the store, in the chain's coordinates."""
-        return rows
+    def _reframe(self, chain: ChainState, old, new) -> None:
+        """Everything the chain keeps in coordinates, from ``old``'s frame to ``new``'s."""
+        chain.training.convert(lambda q, u, g: convert(q, u, g, old, new))
+        if chain.positions:
+            q, u, _ = convert(np.array(chain.positions),
+                              np.array(chain.position_potentials, dtype=np.float64), None,
+                              old, new)
+            chain.positions[:], chain.position_potentials[:] = list(q), list(u)
+        if chain.current is not None:
+            chain.current = convert_point(chain.current, old, new)
+            chain.current_key = self.evaluator.key(chain.current.q)
+        self.surrogate_tuning.reframe(lambda point: convert_point(point, old, new))
+        self.frame.use(new)
 
     # ------------------------------------------------------------ PyMC hooks
     @staticmethod

@@ -199,6 +199,10 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
         if not self.exact:
             kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
         super().__init__(vars, **kwargs)
+        if self.frame.learned:
+            raise ValueError(
+                "SparseGridHMC builds its grid in the affine frame only: frame='triangular' "
+                "is SurrogateHMC's, AdaptiveSurrogateHMC's, VariationalHMC's and KernelHMC's.")
         if self.context.dim and not self.has_gradient:
             warnings.warn(
                 "SparseGridHMC in a CompoundStep without a gradient: the grid interpolates "

@@ -83,8 +83,6 @@ class ChainState:
     surrogate: Any = None  # what the trajectories run on (fixed within a transition)
     learner: Any = None  # online policies: the surrogate that keeps learning (partial_fit)
     whitening: Whitening | None = None  # the posterior scale of the last fit
-    frame: Any = None  # the transport map the chain's coordinates are in (None: the model's)
-    frame_returned: np.ndarray | None = None  # the model's coordinates of the last state returned
     counts: Counts = field(default_factory=Counts)
     failures: FailureLog = field(default_factory=FailureLog)
     fits: FitSchedule = field(default_factory=FitSchedule)
@@ -104,3 +102,4 @@ class SurrogateStepState(StepMethodState):
     surrogate_tuning: Any
     kernel: Any
     exploration: Any
+    frame: Any

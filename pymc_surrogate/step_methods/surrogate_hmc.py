@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 from pymc_surrogate.step_methods import stats as _stats
-from pymc_surrogate.step_methods.adaptation.transport_frame import (
-    TransportFrame,
-    frame_setting,
-)
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.kernels.riemannian import (
     RIEMANNIAN_STATS,
@@ -20,7 +16,7 @@ from pymc_surrogate.surrogates.whitening import Whitening
 __all__ = ["SurrogateHMC"]
 
 
-class SurrogateHMC(TransportFrame, SurrogateStep):
+class SurrogateHMC(SurrogateStep):
     r"""Hamiltonian Monte Carlo on a random-network surrogate, exactly corrected.
 
     Tuning explores exactly (HMC, or DE-MCz without gradients) and fits a random network
@@ -55,16 +51,17 @@ class SurrogateHMC(TransportFrame, SurrogateStep):
         gradients, ``max(300, 30 d)`` without, by default) counted over every chain that
         shares the store, and with an ``executor`` the ``tries`` proposals evaluated at
         once.
-    frame : {"affine", "triangular"} or TriangularMap
-        The coordinates the surrogate is fitted and the trajectories run in. "affine"
-        (default): the model's own, whitened by the posterior scale. "triangular"
-        (experimental): the reference coordinates ``z`` of a lower-triangular transport
-        map ``q = T(z)`` fitted to the chain's tuning states at each refit and frozen for
-        the draws (``TriangularMap``, or one given with its settings), in which a curved
-        or scale-varying posterior looks close to ``N(0, I)``; the correction uses the
-        true target in ``z``, ``pi(T(z)) |det J_T(z)|``, so the draws ``T(z)`` stay exact.
+    frame : {"auto", "affine", "triangular"} or TriangularMap
+        The coordinates the surrogate is fitted and the trajectories run in. "affine": the
+        model's own, whitened by the posterior scale. "triangular" (experimental): the
+        reference coordinates ``z`` of a lower-triangular transport map ``q = T(z)``
+        fitted to the chain's tuning states at each refit and frozen for the draws
+        (``TriangularMap``, or one given with its settings), in which a curved or
+        scale-varying posterior looks close to ``N(0, I)``; the correction uses the true
+        target in ``z``, ``pi(T(z)) |det J_T(z)|``, so the draws ``T(z)`` stay exact.
         Where the map's held-out capacity choice finds nothing nonlinear, it is the
         affine frame. Needs the whole model, the Euclidean metric and no executor.
+        "auto" (default): "affine" here (KernelHMC's is "triangular").
     target_accept : float
         Step-size target of HMC on the surrogate alone (default 0.8).
     store : None, path, EvaluationStore or False
@@ -137,17 +134,15 @@ class SurrogateHMC(TransportFrame, SurrogateStep):
 
     default_kernel = HMCKernel()
 
-    def __init__(self, vars=None, *, frame="affine", **kwargs):
-        self.frame_estimator = frame_setting(frame, type(self).__name__)
+    def __init__(self, vars=None, **kwargs):
         super().__init__(vars, **kwargs)
         kernel = self.kernel_settings
-        if self.frame_estimator is not None and kernel.metric != "euclidean":
+        if self.frame.learned and kernel.metric != "euclidean":
             raise ValueError("SurrogateHMC: frame='triangular' runs Euclidean trajectories "
                              "only (HMCKernel(metric='euclidean')).")
         if kernel.metric != "euclidean":
             self.riemannian = RiemannianKernel(kernel.metric, kernel.softabs_alpha, self.tuning)
             self.riemannian.check(self.context.dim)
-        self._use_frame()
 
     riemannian = None  # the Riemannian moves (``HMCKernel(metric="riemannian")``)
 
@@ -169,7 +164,7 @@ class SurrogateHMC(TransportFrame, SurrogateStep):
             chain, current, self.has_gradient and not chain.frozen, record, field)
         return self.riemannian.transition(
             current, evaluate, field, self.kernel.step_adapt.current(tuning_now),
-            self.kernel.path_length, self.kernel.inner(), self._frame(chain),
+            self.kernel.path_length, self.kernel.inner(), self._whitened(chain),
             self.kernel.max_energy_error, self.rng,
         )
 
@@ -180,13 +175,13 @@ class SurrogateHMC(TransportFrame, SurrogateStep):
         start = chain.current.q if chain.current is not None else chain_scale.mean
         step = self.riemannian.warm_up(
             self.riemannian.field(chain.surrogate, self.coverage.temperature),
-            self._frame(chain), start,
+            self._whitened(chain), start,
             self.kernel.step_size_adaptation(self.kernel.step_adapt.current(False)),
             self.kernel.path_length, self.kernel.max_energy_error, self.rng,
         )
         self.kernel.use(step_size=step)
 
-    def _frame(self, chain) -> Whitening:
+    def _whitened(self, chain) -> Whitening:
         """The chain's whitened coordinates: the posterior scale of the last fit."""
         return chain.whitening if chain.whitening is not None else Whitening.identity(self.dim)
 

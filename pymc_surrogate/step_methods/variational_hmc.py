@@ -194,9 +194,10 @@ class VariationalHMC(SurrogateStep):
         """The mode and Hessian of the Laplace regulariser (vhmc §3.4).
 
         The exploration's Newton probe (mode and inverse finite-difference Hessian), or,
-        when it failed or is not positive definite, the tuning states' mean and covariance.
+        when it failed or is not positive definite, the tuning states' mean and covariance
+        (in a learned frame too: the probe's are the model's coordinates).
         """
-        probe = self.exploration.probe
+        probe = self.exploration.probe if self.frame.map is None else None  # model coordinates
         if probe is not None:
             try:
                 precision = np.linalg.inv(probe.factor())

@@ -36,7 +36,7 @@ def test_banana_runs_in_a_nonlinear_frame_that_stores_model_coordinates():
     store = EvaluationStore()
     step = SurrogateHMC(frame="triangular", store=store, model=model)
     idata = _sample(model, step, tune=800, draws=600, random_seed=3)
-    frame = step.chain.frame
+    frame = step.frame.map
     assert isinstance(frame, TriangularMap) and not frame.affine
     assert list(frame.order_) == [1, 0] and frame.degrees_[1] == 2
     b = idata.posterior["b"].values.reshape(-1, 2)
@@ -63,7 +63,7 @@ def test_gaussian_keeps_the_affine_frame():
     model = gaussian_model(mean, cov, black_box=True)
     step = SurrogateHMC(frame="triangular", model=model)
     idata = _sample(model, step, tune=700, draws=300, random_seed=4)
-    assert step.chain.frame is None  # every degree 0: the model's own coordinates
+    assert step.frame.map is None  # every degree 0: the model's own coordinates
     x = idata.posterior["x"].values.reshape(-1, 3)
     # within 5 sd of the mean of 300 draws (at an ESS of 30 or more)
     error = np.abs(x.mean(0) - mean) / np.sqrt(np.diag(cov) / 30)
@@ -77,5 +77,5 @@ def test_frame_settings():
     with pytest.raises(ValueError, match="euclidean"):
         SurrogateHMC(frame="triangular", kernel={"metric": "riemannian"}, model=model)
     step = SurrogateHMC(frame=TriangularMap(max_degree=1), model=model)
-    assert step.frame_estimator.max_degree == 1
-    assert SurrogateHMC(model=model).frame_estimator is None
+    assert step.frame.estimator.max_degree == 1
+    assert not SurrogateHMC(model=model).frame.learned

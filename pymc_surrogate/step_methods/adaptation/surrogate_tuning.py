@@ -71,6 +71,11 @@ class SurrogateTuning(ChainPart):
         self.tuning = tuning
         self.reset()
 
+    def reframe(self, to_new: Callable[[ChainPoint], ChainPoint]) -> None:
+        """The kept state in the chain's new coordinates (a change of frame)."""
+        if self.last_good is not None:
+            self.last_good = to_new(self.last_good)
+
     def active(self, tuning_now: bool, has_surrogate: bool, paused: bool) -> bool:
         """Whether this tuning iteration moves the chain on the surrogate alone."""
         return (self.wanted and tuning_now and has_surrogate and not paused

@@ -168,6 +168,18 @@ class TrainingSet:
             self._contexts[rows] = contexts
         self.size += n
 
+    def convert(self, to_new) -> None:
+        """The rows in new coordinates: ``to_new(positions, potentials, gradients or None)``
+        returns them converted (a change of the chain's frame)."""
+        n = self.size
+        if not n:
+            return
+        has_grad = bool(np.any(np.isfinite(self.gradients)))
+        q, u, g = to_new(self.positions, self.potentials, self.gradients if has_grad else None)
+        self._positions[:n], self._potentials[:n] = q, u
+        if has_grad:
+            self._gradients[:n] = g
+
     def _grow(self) -> None:
         new = 2 * self._potentials.shape[0]
         for name in ("_positions", "_potentials", "_gradients", "_contexts"):

@@ -22,18 +22,20 @@ the frame is the model's own coordinates and the step is the affine one.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
-from pymc.blocking import RaveledVars
+from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.evaluation.store import StoredRows
+from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.surrogates.triangular_map import TriangularMap
 
-__all__ = ["FRAMES", "FramedFunctions", "TransportFrame", "frame_setting"]
+__all__ = ["FRAMES", "Frame", "FramedFunctions", "convert", "convert_point", "frame_setting"]
 
-#: The values of ``frame=``.
-FRAMES = ("affine", "triangular")
+#: The values of ``frame=`` ("auto": the step's own choice, ``SurrogateStep.default_frame``).
+FRAMES = ("auto", "affine", "triangular")
 #: A map is fitted from this many late tuning states per dimension on (fewer: the
 #: chain stays in its current frame).
 MIN_STATES_PER_DIM = 25
@@ -57,15 +59,15 @@ class FramedFunctions:
     where the chain has no map yet. Everything else is the wrapped functions'.
     """
 
-    def __init__(self, functions, step):
+    def __init__(self, functions, frame: Frame):
         self._functions = functions
-        self._step = step
+        self._frame_part = frame
 
     def __getattr__(self, name):
         return getattr(self._functions, name)
 
     def _frame(self):
-        return self._step.chain.frame
+        return self._frame_part.map
 
     def logp(self, z: np.ndarray) -> float:
         frame = self._frame()
@@ -88,120 +90,100 @@ class FramedFunctions:
         return -float(potential[0]), -grad_z[0]
 
 
-class TransportFrame:
-    """Mixin of a ``SurrogateStep`` (before it in the bases): the step in a learned frame.
+@dataclass_state
+class FrameState(DataClassState):
+    map: Any = None  # the transport map the chain's coordinates are in (None: the model's)
+    returned: Any = None  # the model's coordinates of the last state handed to PyMC
 
-    The step sets ``frame_estimator`` (None: the affine frame, and nothing here acts) and
-    calls ``_use_frame`` at the end of its ``__init__``.
+
+class Frame(ChainPart):
+    """The chain's coordinates: the model's own, or the reference coordinates ``z`` of a
+    transport map fitted to the chain's tuning states (a part of every ``SurrogateStep``).
+
+    Parameters
+    ----------
+    estimator : TriangularMap or None
+        The map family fitted in tuning (``frame_setting``); None: the affine frame, where
+        nothing here acts.
+    dim : int
+        The step's dimension.
     """
 
-    frame_estimator: TriangularMap | None = None
+    _state_class = FrameState
 
-    def _use_frame(self) -> None:
-        if self.frame_estimator is None:
-            return
-        owner = type(self).__name__
-        if self.context.dim or self.explore_executor is not None:
+    def __init__(self, estimator: TriangularMap | None, dim: int):
+        self.estimator = estimator
+        self.dim = dim
+        self.reset()
+
+    @property
+    def learned(self) -> bool:
+        """Whether a map is fitted in tuning (``frame="triangular"``)."""
+        return self.estimator is not None
+
+    def check(self, owner: str, compound: bool, batched: bool) -> None:
+        """Refuse a learned frame where the step cannot run in one."""
+        if self.learned and (compound or batched):
             raise ValueError(f"{owner}: frame='triangular' needs the step to sample the "
                              "whole model, one evaluation at a time (no compound step, "
                              "no executor).")
-        self.evaluator.functions = FramedFunctions(self.functions, self)
 
-    # ------------------------------------------------------------- the step
-    def astep(self, q0: RaveledVars):
-        if self.frame_estimator is None:
-            return super().astep(q0)
-        chain = self.chain
-        before = chain.frame
-        if before is not None:
-            # the state this step returned: its z exactly (a round trip would move it by
-            # rounding, and the cached logp would be lost)
-            if chain.frame_returned is not None and np.array_equal(q0.data, chain.frame_returned):
-                z = chain.current.q
-            else:
-                z = before.inverse(q0.data.astype(np.float64))
-            q0 = RaveledVars(z, q0.point_map_info)
-        out, stats = super().astep(q0)
-        q = out.data if before is None else before.forward(out.data)
-        after = chain.frame
-        if after is not before:  # a refit in this iteration: its state is in the old frame
-            chain.current = _convert_point(chain.current, before, after)
-            chain.current_key = self.evaluator.key(chain.current.q)
-        if after is not None and np.isfinite(stats[0]["model_logp"]):
-            stats[0]["model_logp"] = -float(after.push_forward(
-                chain.current.q[None], np.array([chain.current.potential]))[1][0])
-        chain.frame_returned = np.array(q, copy=True)
-        return RaveledVars(q, out.point_map_info), stats
+    # ------------------------------------------------------------- the chain's coordinates
+    def enter(self, q: np.ndarray, current: ChainPoint | None) -> np.ndarray:
+        """The chain's coordinates of the state PyMC hands the step: the ``z`` of the
+        state the step returned exactly (a round trip would move it by rounding, and the
+        cached logp would be lost)."""
+        if self.map is None:
+            return q
+        if current is not None and self.returned is not None and np.array_equal(q, self.returned):
+            return current.q
+        return self.map.inverse(q)
 
-    def _refit(self, chain) -> None:
-        if self.frame_estimator is None:
-            return super()._refit(chain)
-        old = chain.frame
-        new = self._fit_frame(chain, old)
-        if new is not old:
-            self._reframe(chain, old, new)
-        failed = chain.counts.failed_fits
-        super()._refit(chain)
-        if chain.counts.failed_fits > failed and new is not old:
-            self._reframe(chain, new, old)  # the kept surrogate is in the old frame
+    def leave(self, z: np.ndarray, before) -> np.ndarray:
+        """The model's coordinates of the state ``z`` (in ``before``'s frame, the one the
+        iteration started in), kept to recognise it next iteration."""
+        q = z if before is None else before.forward(z)
+        self.returned = np.array(q, copy=True)
+        return q
 
-    def _fit_frame(self, chain, old):
-        """A map fitted to the chain's late tuning states (in the model's coordinates);
-        None where it is affine; ``old`` where there are too few states or the fit fails."""
-        states = self._late_tuning_states(chain)[0]
-        if states.shape[0] < MIN_STATES_PER_DIM * self.dim:
-            return old
-        if old is not None:
-            states = old.forward(states)
+    def model_logp(self, point: ChainPoint) -> float:
+        """The model's logp at ``point`` (whose potential is the frame's)."""
+        if self.map is None:
+            return -point.potential
+        return -float(self.map.push_forward(point.q[None], np.array([point.potential]))[1][0])
+
+    def fitted(self, states: np.ndarray):
+        """A map fitted to ``states`` (model coordinates), None where it is affine; the
+        current map where there are too few states or the fit fails."""
+        if not self.learned or states.shape[0] < MIN_STATES_PER_DIM * self.dim:
+            return self.map
         try:
-            fitted = copy.deepcopy(self.frame_estimator).fit(states)
+            fitted = copy.deepcopy(self.estimator).fit(states)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError):
-            return old
+            return self.map
         return None if fitted.affine else fitted
 
-    def _reframe(self, chain, old, new) -> None:
-        """Express everything the chain keeps in coordinates in ``new``'s (from ``old``'s)."""
-        training = chain.training
-        n = len(training)
-        if n:
-            grads = training.gradients
-            has_grad = bool(np.any(np.isfinite(grads)))
-            q, u, g = _convert(training.positions, training.potentials,
-                               grads if has_grad else None, old, new)
-            training._positions[:n], training._potentials[:n] = q, u
-            if has_grad:
-                training._gradients[:n] = g
-        if chain.positions:
-            states = np.array(chain.positions)
-            potentials = np.array(chain.position_potentials, dtype=np.float64)
-            q, u, _ = _convert(states, potentials, None, old, new)
-            chain.positions[:] = list(q)
-            chain.position_potentials[:] = list(u)
-        if chain.current is not None:
-            chain.current = _convert_point(chain.current, old, new)
-            chain.current_key = self.evaluator.key(chain.current.q)
-        if self.surrogate_tuning.last_good is not None:
-            self.surrogate_tuning.last_good = _convert_point(self.surrogate_tuning.last_good,
-                                                             old, new)
-        chain.frame = new
+    def use(self, new) -> None:
+        """Run the chain in ``new``'s coordinates from now on."""
+        self.map = new
 
     # ------------------------------------------------- the store: model coordinates
-    def _stored_point(self, chain, point: ChainPoint) -> ChainPoint:
-        if chain.frame is None:
-            return point
-        return _convert_point(point, chain.frame, None)
+    def stored(self, point: ChainPoint) -> ChainPoint:
+        """``point`` in the model's coordinates, as the store keeps it."""
+        return convert_point(point, self.map, None)
 
-    def _rows_in_frame(self, chain, rows: StoredRows) -> StoredRows:
-        if chain.frame is None or rows.potentials.size == 0:
+    def rows_in_frame(self, rows: StoredRows) -> StoredRows:
+        """Rows read from the store, in the chain's coordinates."""
+        if self.map is None or rows.potentials.size == 0:
             return rows
         has_grad = bool(np.any(np.isfinite(rows.gradients)))
-        q, u, g = _convert(rows.positions, rows.potentials,
-                           rows.gradients if has_grad else None, None, chain.frame)
+        q, u, g = convert(rows.positions, rows.potentials,
+                          rows.gradients if has_grad else None, None, self.map)
         return rows._replace(positions=q, potentials=u,
                              gradients=g if has_grad else rows.gradients)
 
 
-def _convert(q, potentials, grads, old, new):
+def convert(q, potentials, grads, old, new):
     """Points (with their potentials and gradients) from ``old``'s coordinates to
     ``new``'s (None: the model's own)."""
     if old is not None:
@@ -211,9 +193,10 @@ def _convert(q, potentials, grads, old, new):
     return q, potentials, grads
 
 
-def _convert_point(point: ChainPoint, old, new) -> ChainPoint:
+def convert_point(point: ChainPoint, old, new) -> ChainPoint:
+    """``point`` (with its potential and gradient) from ``old``'s coordinates to ``new``'s."""
     if old is new:
         return point
     grad = None if point.grad is None else point.grad[None]
-    q, u, g = _convert(point.q[None], np.array([point.potential]), grad, old, new)
+    q, u, g = convert(point.q[None], np.array([point.potential]), grad, old, new)
     return ChainPoint(q[0], float(u[0]), None if g is None else g[0])
