@@ -287,7 +287,9 @@ class TriangularMap:
     def _grad_from_y(self, grad_y: np.ndarray) -> np.ndarray:
         chol = self.whitening_.chol
         if chol.ndim == 2:  # dU/dq = L^{-T} dU/dy
-            g = scipy.linalg.solve_triangular(chol, grad_y.T, lower=True, trans="T").T
+            # rows without a gradient (NaN) stay NaN; each column is solved on its own
+            g = scipy.linalg.solve_triangular(chol, grad_y.T, lower=True, trans="T",
+                                              check_finite=False).T
         else:
             g = grad_y / chol
         out = np.empty_like(g)

@@ -134,3 +134,21 @@ def test_bad_settings():
         TriangularMap(max_degree=3).fit(gaussian(100, 2))
     with pytest.raises(ValueError, match="permutation"):
         TriangularMap(order=[0, 0]).fit(gaussian(100, 2))
+
+
+@pytest.mark.parametrize("kind", ["banana", "gauss"])
+def test_rows_without_a_gradient_stay_nan_and_leave_the_others_alone(kind):
+    # a training set mixes evaluations with and without a gradient (NaN rows)
+    tmap, states = fitted(kind)
+    assert tmap.whitening_.chol.ndim == 2  # the dense solve, which checked for NaN
+    dim = states.shape[1]
+    z = tmap.inverse(states[:6])
+    grads = np.random.default_rng(5).standard_normal((6, dim))
+    grads[[1, 4]] = np.nan
+    for convert in (tmap.push_forward, tmap.pull_back):
+        points = z if convert == tmap.push_forward else states[:6]
+        out = convert(points, np.zeros(6), grads)[2]
+        assert np.all(np.isnan(out[[1, 4]]))
+        for i in (0, 2, 3, 5):
+            np.testing.assert_allclose(out[i], convert(points[i:i + 1], np.zeros(1),
+                                                       grads[i:i + 1])[2][0], rtol=1e-12)
