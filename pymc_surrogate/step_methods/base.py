@@ -617,7 +617,7 @@ class SurrogateStep(Refits, ArrayStepShared):
                                 chain.counts.grad_evals - grad_before,
                                 surrogate=not (exploring or jumping), fallback=fallback,
                                 jumping=jumping, divergences=self.health.divergences,
-                                far_proposals=self.far.count,
+                                far_proposals=self.far.count, frame_degree=self.frame.degree,
                                 warning=warning, start=start),
             **self.coverage.stats(not (exploring or jumping), self._tuning_now(chain)),
             **self._extra_stats(chain),

@@ -35,6 +35,8 @@ STATS = {
     "eval_failures": (np.int64, []),
     # ... and that lay far from every state evaluated before (``Tuning.far_sd``)
     "far_proposals": (np.int64, []),
+    # the largest degree of the chain's transport map (0: the affine frame)
+    "frame_degree": (np.int64, []),
     "diverging_total": (np.int64, []),
     "surrogate_temperature": (np.float64, []),
     "coverage_khat": (np.float64, []),
@@ -45,8 +47,8 @@ STATS = {
 
 
 def draw_stats(info, chain, model_evals: int, gradient_evals: int, *, surrogate: bool,
-               fallback: bool, jumping: bool, divergences: int, far_proposals: int, warning,
-               start: float) -> dict:
+               fallback: bool, jumping: bool, divergences: int, far_proposals: int,
+               frame_degree: int, warning, start: float) -> dict:
     """The ``STATS`` of one draw (the coverage's and the step class's own are added by the
     step): its transition ``info``, the chain's counts, and this draw's evaluations."""
     counts = chain.counts
@@ -72,6 +74,7 @@ def draw_stats(info, chain, model_evals: int, gradient_evals: int, *, surrogate:
         "failed_fits": counts.failed_fits,
         "eval_failures": counts.eval_failures,
         "far_proposals": far_proposals,
+        "frame_degree": frame_degree,
         "diverging_total": divergences,
         "perf_counter_diff": time.perf_counter() - start,
         "perf_counter_start": start,

@@ -2,12 +2,13 @@
 
 import logging
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pymc as pm
 import pytest
 
-from pymc_surrogate import EvaluationStore, SurrogateHMC
+from pymc_surrogate import EvaluationStore, KernelHMC, SparseGridHMC, SurrogateHMC
 from pymc_surrogate.surrogates.triangular_map import TriangularMap
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.helpers import BlackBoxLogp
@@ -47,6 +48,7 @@ def test_banana_runs_in_a_nonlinear_frame_that_stores_model_coordinates():
     # the stats speak of the model: its logp at the draws
     logp = model.compile_logp()
     stats = idata.sample_stats
+    assert np.all(stats.frame_degree.values == 2)  # the banana's bend, frozen for the draws
     for i in range(0, 600, 97):
         if np.isfinite(stats.lp.values[0, i]):
             np.testing.assert_allclose(stats.lp.values[0, i],
@@ -79,3 +81,30 @@ def test_frame_settings():
     step = SurrogateHMC(frame=TriangularMap(max_degree=1), model=model)
     assert step.frame.estimator.max_degree == 1
     assert not SurrogateHMC(model=model).frame.learned
+
+
+def test_kernel_hmc_learns_the_frame_by_default():
+    model = black_box_banana()
+    step = KernelHMC(model=model)
+    idata = _sample(model, step, tune=800, draws=600, random_seed=3)
+    frame = step.frame.map
+    assert isinstance(frame, TriangularMap) and frame.degrees_[1] == 2
+    assert np.all(idata.sample_stats.frame_degree.values == 2)
+    b = idata.posterior["b"].values.reshape(-1, 2)
+    # both arms (b2 of either sign), on the likelihood's ridge b1 + b2^2 = 1
+    assert 0.3 < np.mean(b[:, 1] > 0) < 0.7
+    assert abs(np.mean(b[:, 0] + b[:, 1] ** 2) - 1.0) < 0.3
+
+
+def test_frame_auto_is_affine_where_a_learned_frame_cannot_run():
+    model = black_box_banana()
+    with model:
+        pm.Normal("other", 0.0, 1.0)
+        b = model["b"]
+    assert not KernelHMC([b], model=model).frame.learned  # a compound step's block
+    assert KernelHMC(model=model, executor=ThreadPoolExecutor(1)).frame.learned is False
+    assert not SurrogateHMC(model=model).frame.learned  # its default: affine
+    with pytest.raises(ValueError, match="whole model"):
+        KernelHMC([b], frame="triangular", model=model)
+    with pytest.raises(ValueError, match="affine frame only"):
+        SparseGridHMC(frame="triangular", model=model)

@@ -128,6 +128,11 @@ class Frame(ChainPart):
                              "whole model, one evaluation at a time (no compound step, "
                              "no executor).")
 
+    @property
+    def degree(self) -> int:
+        """The largest degree of the chain's map (stat ``frame_degree``; 0: affine)."""
+        return 0 if self.map is None else int(np.max(self.map.degrees_))
+
     # ------------------------------------------------------------- the chain's coordinates
     def enter(self, q: np.ndarray, current: ChainPoint | None) -> np.ndarray:
         """The chain's coordinates of the state PyMC hands the step: the ``z`` of the
