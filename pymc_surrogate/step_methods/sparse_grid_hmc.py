@@ -245,16 +245,25 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
         super()._forget_the_old_data()
         if not self._grid_given:
             self.grid_ = None
-            self.__dict__.pop("box_cov_", None)
+            self.__dict__.pop("box_", None)
 
     def _box_gaussian(self) -> None:
         """The grid's box and its Gaussian (``BoxGaussian``)."""
         self.box_ = BoxGaussian.of(self.grid_, self.k)
-        self.box_mean_, self.box_cov_ = self.box_.mean, self.box_.cov
+
+    @property
+    def box_mean_(self) -> np.ndarray:
+        """The mean of the grid box's Gaussian (``box_.mean``)."""
+        return self.box_.mean
+
+    @property
+    def box_cov_(self) -> np.ndarray:
+        """The covariance of the grid box's Gaussian (``box_.cov``)."""
+        return self.box_.cov
 
     def _new_chain(self) -> ChainState:
         chain = super()._new_chain()
-        if getattr(self, "grid_", None) is not None and hasattr(self, "box_cov_"):
+        if getattr(self, "grid_", None) is not None and hasattr(self, "box_"):
             self._start_on_grid(chain)
         return chain
 
@@ -272,19 +281,19 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
         box = self._scale_frame()
         if len(np.unique(states, axis=0)) >= max(20, 5 * self.dim):
             return Whitening.from_samples(states, dense=dense, frame=box)
-        return box if dense else Whitening(box.mean, np.sqrt(np.diag(self.box_cov_)))
+        return box if dense else Whitening(box.mean, np.sqrt(np.diag(self.box_.cov)))
 
     def _scale_frame(self) -> Whitening:
         """The box's Gaussian: mass matrices are estimated relative to it (a ridge
         regression's sd of 3.5e-5 drowned in an absolute regulariser: step size 2e-3,
         256 leapfrog steps a draw, ESS 5)."""
-        return Whitening(self.box_mean_, robust_cholesky(self.box_cov_))
+        return Whitening(self.box_.mean, robust_cholesky(self.box_.cov))
 
     def _dense_chain_scale(self, chain: ChainState) -> bool:
         """``dense_mass="auto"``: dense when the box's Gaussian is strongly correlated (the
         skeleton asks the chain's exploration probe, which a grid's chain never makes:
         a ridge regression, correlation -0.99999, then got a diagonal metric, ESS 5)."""
-        return self.mass_matrix.dense_at_first(self.box_cov_, None)
+        return self.mass_matrix.dense_at_first(self.box_.cov, None)
 
     def _warm_up(self, chain, chain_scale, field, initial_step, n_samples=0):
         # The step size and metric are tuned on the grid alone: its continuation outside
@@ -315,7 +324,7 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
             # centre need not be near the posterior), nor when the model says the centre
             # is less probable than the start (a banana's probe put it at beta = (9, 7.5),
             # where chains that started crawled: R-hat 3).
-            q = self.box_mean_.copy()
+            q = self.box_.mean.copy()
         if not self._approximate(chain):
             return super()._current_point(chain, q)
         if chain.current is not None and chain.current_key == self.evaluator.key(q):

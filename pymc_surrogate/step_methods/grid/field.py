@@ -80,7 +80,7 @@ class GridField:
         """
         if not self.context.dim or not self.has_gradient or self.grid_ is None:
             return None
-        centre = self.box_mean_
+        centre = self.box_.mean
         key = (self.evaluator.key(centre), id(self.grid_))
         if self._tilt_cache is None or self._tilt_cache[0] != key:
             point = self._evaluate(chain, centre, with_grad=True, record=False)
@@ -132,7 +132,7 @@ class GridField:
         return value if np.isfinite(value) else np.inf
 
     def _centre_is_higher(self, q: np.ndarray) -> bool:
-        centre = self._potential(self.box_mean_)
+        centre = self._potential(self.box_.mean)
         return bool(np.isfinite(centre) and centre < self._potential(q))
 
     def _continuation(self, q: np.ndarray, tilt=None) -> tuple[float, np.ndarray]:

@@ -54,9 +54,9 @@ class GridPrecompute:
         this process): the box's Gaussian as its first metric, no warm-up."""
         rng = self.rng.spawn(1)[0]
         if self.kernel_settings.dense_mass is False:
-            self.kernel.use(metric=QuadPotentialDiag(np.diag(self.box_cov_).copy(), rng=rng))
+            self.kernel.use(metric=QuadPotentialDiag(np.diag(self.box_.cov).copy(), rng=rng))
         else:
-            self.kernel.use(metric=QuadPotentialFull(self.box_cov_.copy(), rng=rng))
+            self.kernel.use(metric=QuadPotentialFull(self.box_.cov.copy(), rng=rng))
         self._use_surrogate(chain, self.grid_)
         # The metric and step size re-adapt on the grid at the skeleton's refit times,
         # from iteration 52 on (the first needs tuning states for the chain's scale).
