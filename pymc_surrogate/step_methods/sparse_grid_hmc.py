@@ -102,7 +102,8 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
     **kwargs
         Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``, ``tail_jumps``,
         ``store``, ``use_gradient``, ``model``, ``rng``, ``initial_point``,
-        ``compile_kwargs``, ``blocked``.
+        ``compile_kwargs``, ``blocked``; ``frame`` is affine only (the grid is built once,
+        from the warm-up, before its states cover a curved posterior).
 
     Notes
     -----

@@ -76,8 +76,9 @@ class VariationalHMC(SurrogateStep):
         default ``HMCKernel(n_inner=1)``.
     **kwargs
         Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``, ``tail_jumps``,
-        ``store``, ``executor``, ``model``, ``rng``, ``initial_point``, ``compile_kwargs``,
-        ``blocked``.
+        ``store``, ``executor``, ``frame`` ("auto": affine; "triangular" learns a transport
+        map as SurrogateHMC does), ``model``, ``rng``, ``initial_point``,
+        ``compile_kwargs``, ``blocked``.
 
     Notes
     -----
