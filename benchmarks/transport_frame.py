@@ -148,7 +148,7 @@ def measure(idata, names, ref):
 
 
 def describe_frame(step) -> str:
-    frame = step.chain.frame
+    frame = step.frame.map
     if frame is None:
         return "affine"
     return "order " + "".join(map(str, frame.order_)) + " deg " + "".join(map(str, frame.degrees_))
