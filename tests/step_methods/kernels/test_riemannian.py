@@ -95,7 +95,7 @@ def test_riemannian_draws_are_right_on_a_badly_scaled_gaussian():
 
 
 def test_the_badly_scaled_check_flags_an_absolute_softabs_floor(monkeypatch):
-    monkeypatch.setattr(SurrogateHMC, "_frame",
+    monkeypatch.setattr(SurrogateHMC, "_whitened",
                         lambda self, chain: Whitening.identity(self.dim))
     draws = _badly_scaled_draws()
     assert not all(check.passed for check in check_gaussian(draws, [0.0, 0.0], BADLY_SCALED_COV))
