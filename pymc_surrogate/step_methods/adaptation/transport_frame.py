@@ -64,6 +64,8 @@ class FramedFunctions:
         self._frame_part = frame
 
     def __getattr__(self, name):
+        if name in ("_functions", "_frame_part"):  # not set yet: unpickling
+            raise AttributeError(name)
         return getattr(self._functions, name)
 
     def _frame(self):
