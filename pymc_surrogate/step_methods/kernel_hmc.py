@@ -4,7 +4,7 @@ states (kmc §3-5, Algorithm 1)."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 
 import numpy as np
 from pymc.stats.convergence import WarningType
@@ -16,7 +16,7 @@ from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.adaptation.transport_frame import convert
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.settings import gradient_setting
-from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.step_methods.state import KernelChainState
 from pymc_surrogate.surrogates.kernel_exp_family import (
     KernelExpFamilyFinite,
     KernelExpFamilyLite,
@@ -29,25 +29,6 @@ __all__ = ["KernelHMC"]
 #: n = 500-1000, d = 8), so it vanishes like 1/t (about ln t updates); a finite update
 #: folds the new states in at O(d m^2) each (3 ms at m = 300, d = 8), so 1/sqrt(t).
 AUTO_DECAY = {"lite": 1.0, "finite": 0.5}
-
-
-@dataclass
-class KernelState:
-    """What KernelHMC adds to a chain's state: the history it learns from."""
-
-    states: list = field(default_factory=list)  # surrogate inputs (q, context) of the states
-    frozen_start: int | None = None  # first state of the draws' history (past the burn-in)
-    fit_end: int = 0  # states seen by the fit being made
-    learner_end: int = 0  # states the finite learner has absorbed
-    fitted_on: int = 0  # states the current surrogate was fitted to
-    adaptations: int = 0  # surrogate updates by the vanishing adaptation
-    updated: bool = False  # this iteration updated the surrogate
-    told_failure: bool = False
-
-
-@dataclass
-class KernelChainState(ChainState):
-    kernel: KernelState = field(default_factory=KernelState)
 
 
 class KernelHMC(SurrogateStep):
@@ -117,12 +98,9 @@ class KernelHMC(SurrogateStep):
         ``False``: the model is a black box whatever it is (DE-MCz explores; on the
         suite's 2-d ridge regression it stayed where it started).
     frame : {"auto", "affine", "triangular"} or TriangularMap
-        As ``SurrogateHMC``. "auto" (default): "triangular" where the step samples the
-        whole model one evaluation at a time, else "affine". The kernel is fitted to the
-        states in the map's coordinates, where a curved posterior is close to a Gaussian:
-        on the black-box banana of sparse-grid-hmc §4.2 (2 x (1000 + 2000), 10 seeds) the
-        draws were right at 9 seeds in the triangular frame and at none in the affine one,
-        whose fit to states on one arm kept each chain there.
+        As ``SurrogateHMC``; "auto" (default): "triangular" where the step samples the
+        whole model one evaluation at a time (the kernel fits the states where a curved
+        posterior is close to a Gaussian), else "affine".
     **kwargs
         ``warmup``, ``target_accept``, ``tail_jumps``, ``store``, ``executor``, ``model``,
         ``rng``, ``initial_point``, ``compile_kwargs``, ``blocked`` as ``SurrogateHMC``.
@@ -286,10 +264,9 @@ class KernelHMC(SurrogateStep):
 
     def _reframe(self, chain: KernelChainState, old, new) -> None:
         """The history in the chain's new coordinates too (a change of frame)."""
-        kernel = chain.kernel
-        if kernel.states:
-            states = np.array(kernel.states)
-            kernel.states[:] = list(convert(states, np.zeros(len(states)), None, old, new)[0])
+        if chain.kernel.states:
+            states = np.array(chain.kernel.states)
+            chain.kernel.states[:] = list(convert(states, np.zeros(len(states)), None, old, new)[0])
         super()._reframe(chain, old, new)
 
     # ------------------------------------------------------------ the surrogate

@@ -102,8 +102,7 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
     **kwargs
         Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``, ``tail_jumps``,
         ``store``, ``use_gradient``, ``model``, ``rng``, ``initial_point``,
-        ``compile_kwargs``, ``blocked``; ``frame`` is affine only (the grid is built once,
-        from the warm-up, before its states cover a curved posterior).
+        ``compile_kwargs``, ``blocked``; ``frame`` "auto" or "affine" only.
 
     Notes
     -----
@@ -252,15 +251,8 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
         """The grid's box and its Gaussian (``BoxGaussian``)."""
         self.box_ = BoxGaussian.of(self.grid_, self.k)
 
-    @property
-    def box_mean_(self) -> np.ndarray:
-        """The mean of the grid box's Gaussian (``box_.mean``)."""
-        return self.box_.mean
-
-    @property
-    def box_cov_(self) -> np.ndarray:
-        """The covariance of the grid box's Gaussian (``box_.cov``)."""
-        return self.box_.cov
+    box_mean_ = property(lambda self: self.box_.mean, doc="The box's Gaussian's mean.")
+    box_cov_ = property(lambda self: self.box_.cov, doc="The box's Gaussian's covariance.")
 
     def _new_chain(self) -> ChainState:
         chain = super()._new_chain()

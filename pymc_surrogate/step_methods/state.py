@@ -18,7 +18,8 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.adaptation.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FailureLog", "FitSchedule", "OnlineState", "SurrogateStepState"]
+__all__ = ["ChainState", "Counts", "FailureLog", "FitSchedule", "KernelChainState", "KernelHistory",
+           "OnlineState", "SurrogateStepState"]
 
 
 @dataclass
@@ -87,6 +88,27 @@ class ChainState:
     failures: FailureLog = field(default_factory=FailureLog)
     fits: FitSchedule = field(default_factory=FitSchedule)
     online: OnlineState = field(default_factory=OnlineState)
+
+
+@dataclass
+class KernelHistory:
+    """What KernelHMC adds to a chain's state: the history it learns from (kernel_hmc.py)."""
+
+    states: list = field(default_factory=list)  # surrogate inputs (q, context) of the states
+    frozen_start: int | None = None  # first state of the draws' history (past the burn-in)
+    fit_end: int = 0  # states seen by the fit being made
+    learner_end: int = 0  # states the finite learner has absorbed
+    fitted_on: int = 0  # states the current surrogate was fitted to
+    adaptations: int = 0  # surrogate updates by the vanishing adaptation
+    updated: bool = False  # this iteration updated the surrogate
+    told_failure: bool = False
+
+
+@dataclass
+class KernelChainState(ChainState):
+    """KernelHMC's chain state."""
+
+    kernel: KernelHistory = field(default_factory=KernelHistory)
 
 
 @dataclass_state
