@@ -172,7 +172,7 @@ class SurrogateStep(Refits, ArrayStepShared):
             executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
         if isinstance(frame, str) and frame == "auto":  # the learned frame where it can run
             frame = ("affine" if self.context.dim or self.explore_executor is not None
-                     else self.default_frame)
+                     or kernel.metric != "euclidean" else self.default_frame)
         self.frame = Frame(frame_setting(frame, owner), self.dim)
         self.frame.check(owner, self.context.dim > 0, self.explore_executor is not None)
         if self.frame.learned:  # the step sees the model in the chain's coordinates
@@ -222,7 +222,7 @@ class SurrogateStep(Refits, ArrayStepShared):
     #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).
     default_kernel = HMCKernel(n_inner=1)
     #: The frame ``frame="auto"`` learns where it can (``adaptation/transport_frame.py``;
-    #: the affine one in a compound step or with an executor).
+    #: the affine one in a compound step, with an executor or a Riemannian metric).
     default_frame = "affine"
 
     def check_kernel(self, kernel: HMCKernel) -> None:
