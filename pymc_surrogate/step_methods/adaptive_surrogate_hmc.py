@@ -87,7 +87,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         if point.potential > lowest + self.policy.energy_window(self.dim):
             return
         # weighted as the batch fit weighs its points, so the online fit continues it
-        weight = self.policy.weights(point.potential, chain.fits.weight_reference, self.dim)
+        weight = self.policy.weights(point.potential, self.refits.weight_reference, self.dim)
         try:
             chain.learner.partial_fit(
                 self.context.join(point.q)[None], np.array([point.potential]),
@@ -99,7 +99,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.learner is None or not self.policy.adapts(chain.frozen):
             return
-        t = chain.iteration - chain.fits.first_iteration + 1
+        t = chain.iteration - self.refits.first_iteration + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
             try:
                 candidate = chain.learner.snapshot()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
 from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
 from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.adaptation.refit import Refits
+from pymc_surrogate.step_methods.adaptation.refit_schedule import RefitSchedule
 from pymc_surrogate.step_methods.adaptation.surrogate_tuning import SurrogateTuning
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy, TrainingSet
 from pymc_surrogate.step_methods.adaptation.transport_frame import (
@@ -75,7 +75,6 @@ from pymc_surrogate.step_methods.settings import (
 )
 from pymc_surrogate.step_methods.state import (
     ChainState,
-    FitSchedule,
     SurrogateStepState,
 )
 from pymc_surrogate.step_methods.tuning import TUNING
@@ -217,6 +216,7 @@ class SurrogateStep(Refits, ArrayStepShared):
             and self.kernel.correction == "surrogate_transition" and self.context.dim == 0,
             self.dim, self.tuning,
         )
+        self.refits = RefitSchedule(self.tuning)
         self.chain = self._new_chain()
 
     #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).
@@ -272,10 +272,7 @@ class SurrogateStep(Refits, ArrayStepShared):
         for part in self._parts():  # a new chain
             part.reset()
         self.kernel.use(metric, initial_step)  # exploration's, until a first fit
-        return ChainState(
-            training=TrainingSet(self.dim, self.context.dim),
-            fits=FitSchedule(recent_corrections=deque(maxlen=self.tuning.inner_window)),
-        )
+        return ChainState(training=TrainingSet(self.dim, self.context.dim))
 
     def reset_tuning(self, start=None):
         if self.sharing.follow_the_data():
@@ -318,7 +315,7 @@ class SurrogateStep(Refits, ArrayStepShared):
         if fitted:
             self._choose_tail_jumps(chain)
             self._choose_draw_bound(chain)
-            self.kernel.choose_inner(chain.fits.recent_corrections,
+            self.kernel.choose_inner(self.refits.recent_corrections,
                                      lowered=self.draw_bound.bound is not None)
         if tuned_length is not None:  # the final fit restarted the length at the full path
             self._choose_draw_length(chain, tuned_length)
@@ -510,7 +507,7 @@ class SurrogateStep(Refits, ArrayStepShared):
             chain.position_potentials[row] = point.potential
         acceptances, why = self.surrogate_tuning.judge(
             points, lambda q: self._surrogate_point(chain, q).potential)
-        chain.fits.accept_since.extend(acceptances)
+        self.refits.note_checks(acceptances)
         # back inside the support if the surrogate led the chain out
         chain.current, chain.current_approximate = self.surrogate_tuning.last_good, False
         if why is not None:
@@ -518,13 +515,9 @@ class SurrogateStep(Refits, ArrayStepShared):
                        f"the surrogate, on which a chain tuned alone, {why}; the chain tunes "
                        f"with exact corrections from tuning iteration {chain.iteration} on.",
                        level="info")
-        elif chain.fits.accept_since and self._fit_due(chain):
-            if np.mean(chain.fits.accept_since) < self.tuning.good_acceptance:
-                self._refit(chain)
-                self.surrogate_tuning.new_surrogate()
-            else:  # the surrogate is good: postpone the (costly) refit
-                chain.fits.last_iteration = chain.iteration + 1
-                chain.fits.accept_since = []
+        elif self.refits.wants_refit(chain.iteration, self.coverage.tempers_tuning):
+            self._refit(chain)
+            self.surrogate_tuning.new_surrogate()
 
     def _surrogate_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         """``q`` with the (untempered) surrogate's potential in place of the model's."""
@@ -604,7 +597,7 @@ class SurrogateStep(Refits, ArrayStepShared):
         # draws, while a stuck surrogate is set aside, or after a failed fit (not the
         # planned exploration before the first fit).
         fallback = exploring and (
-            chain.frozen or self.exploration.paused or chain.fits.last_error is not None
+            chain.frozen or self.exploration.paused or self.refits.last_error is not None
         )
         warning = None
         if not self.tune:  # a divergence's debug record

@@ -328,7 +328,7 @@ class KernelHMC(SurrogateStep):
         kernel.states.append(self.context.join(info.point.q).astype(np.float64, copy=True))
         if chain.surrogate is None:
             return
-        t = chain.iteration - chain.fits.first_iteration + 1
+        t = chain.iteration - self.refits.first_iteration + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
             self._adapt_surrogate(chain, info)
 

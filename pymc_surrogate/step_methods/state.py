@@ -6,7 +6,6 @@ of ``_state_class`` between chains, so all of it lives in one ``ChainState``.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +17,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.adaptation.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FailureLog", "FitSchedule", "KernelChainState", "KernelHistory",
+__all__ = ["ChainState", "Counts", "FailureLog", "KernelChainState", "KernelHistory",
            "OnlineState", "SurrogateStepState"]
 
 
@@ -44,18 +43,6 @@ class FailureLog:
     raised: int = 0  # the failures that were exceptions (and time-outs)
     in_a_row: int = 0  # failures since the model last answered
     first_in_a_row: tuple | None = None  # the first of them: (where and why, traceback text)
-
-
-@dataclass
-class FitSchedule:
-    """The refit schedule (refit.py)."""
-
-    last_iteration: int = 0  # the iteration after the last fit (or failed attempt)
-    accept_since: list = field(default_factory=list)  # correction acceptances since then
-    recent_corrections: deque = field(default_factory=deque)  # the last surrogate steps' (tune)
-    first_iteration: int = 0  # iteration of the first fit
-    weight_reference: float = 0.0  # the lowest potential of the last fit (for weights)
-    last_error: str | None = None  # why the last fit failed (None after a good one)
 
 
 @dataclass
@@ -86,7 +73,6 @@ class ChainState:
     whitening: Whitening | None = None  # the posterior scale of the last fit
     counts: Counts = field(default_factory=Counts)
     failures: FailureLog = field(default_factory=FailureLog)
-    fits: FitSchedule = field(default_factory=FitSchedule)
     online: OnlineState = field(default_factory=OnlineState)
 
 
@@ -125,3 +111,4 @@ class SurrogateStepState(StepMethodState):
     kernel: Any
     exploration: Any
     frame: Any
+    refits: Any

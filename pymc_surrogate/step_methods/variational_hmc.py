@@ -234,7 +234,7 @@ class VariationalHMC(SurrogateStep):
         lowest = float(np.min(chain.training.potentials))
         if point.potential > lowest + self.policy.energy_window(self.dim):
             return
-        weight = self.policy.weights(point.potential, chain.fits.weight_reference, self.dim)
+        weight = self.policy.weights(point.potential, self.refits.weight_reference, self.dim)
         position = self.context.join(point.q)[None]
         try:
             # prequential: the error on a point not learnt yet is a held-out error

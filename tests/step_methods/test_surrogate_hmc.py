@@ -219,10 +219,10 @@ def test_inner_transitions_in_the_draws(n_inner, recent, expected):
     with pm.Model():
         pm.Normal("x", shape=2)
         step = SurrogateHMC(kernel=HMCKernel(n_inner=n_inner))
-    chain = step.chain
     assert step.kernel.inner() == (1 if n_inner == "auto" else n_inner)
-    chain.fits.recent_corrections.extend(recent)
-    step.kernel.choose_inner(chain.fits.recent_corrections, lowered=False)
+    for acceptance in recent:
+        step.refits.note(acceptance)
+    step.kernel.choose_inner(step.refits.recent_corrections, lowered=False)
     assert step.kernel.inner() == expected
 
 

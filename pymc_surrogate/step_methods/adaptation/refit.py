@@ -62,8 +62,8 @@ class Refits:
         )
         surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
         potentials = training.potentials[keep]
-        chain.fits.weight_reference = float(np.min(potentials))
-        weights = self.policy.weights(potentials, chain.fits.weight_reference, self.dim)
+        self.refits.weight_reference = float(np.min(potentials))
+        weights = self.policy.weights(potentials, self.refits.weight_reference, self.dim)
         return surrogate.fit(inputs, potentials, training.gradients[keep], sample_weight=weights)
 
     def _min_points(self) -> int:
@@ -90,16 +90,16 @@ class Refits:
                 chain, WarningType.BAD_PARAMS,
                 f"no surrogate fit succeeded in a chain's {chain.iteration} tuning iterations "
                 f"({len(chain.training)} training points; last failure: "
-                f"{chain.fits.last_error}). Its draws use the exact exploration kernel instead "
+                f"{self.refits.last_error}). Its draws use the exact exploration kernel instead "
                 "(stat `fallback`): correct, but it mixes slower and costs more model "
                 "evaluations. Increase `tune`, or check that the model's logp is smooth and "
                 "finite near the posterior.",
             )
             return False
-        if chain.fits.last_error is not None:
+        if self.refits.last_error is not None:
             self._warn(
                 chain, WarningType.BAD_PARAMS,
-                f"the final surrogate fit of a chain failed ({chain.fits.last_error}); its "
+                f"the final surrogate fit of a chain failed ({self.refits.last_error}); its "
                 "draws use the surrogate fitted earlier in tuning, which may move the chain "
                 "less well. Increase `tune` for more training data.",
             )
@@ -153,22 +153,13 @@ class Refits:
         if self.exploration.stuck():
             self.exploration.pause()
             return
-        chain.fits.accept_since.append(info.correction_acceptance)
-        chain.fits.recent_corrections.append(info.correction_acceptance)
-        if self._fit_due(chain):
-            if np.mean(chain.fits.accept_since) < self.tuning.good_acceptance:
-                self._refit(chain)
-            else:  # the surrogate is good: postpone the (costly) refit
-                chain.fits.last_iteration = chain.iteration + 1
-                chain.fits.accept_since = []
+        self.refits.note(info.correction_acceptance)
+        if self.refits.wants_refit(chain.iteration, self.coverage.tempers_tuning):
+            self._refit(chain)
 
     def _fit_due(self, chain: ChainState) -> bool:
         """Fits (and retries after a failed one) at geometrically spaced iterations."""
-        if chain.fits.last_iteration == 0:
-            return True
-        growth = (self.tuning.tempered_refit_growth if self.coverage.tempers_tuning
-                  else self.tuning.refit_growth)
-        return chain.iteration + 1 >= growth * chain.fits.last_iteration + self.tuning.refit_offset
+        return self.refits.due(chain.iteration, self.coverage.tempers_tuning)
 
     def _late_tuning_states(self, chain: ChainState) -> tuple[np.ndarray, np.ndarray]:
         """The second half of the tuning states (past the initial transient) and their
@@ -245,9 +236,7 @@ class Refits:
             self.kernel.restore(kernel)
             # Try again on the refit schedule, not at every iteration.
             chain.counts.failed_fits += 1
-            chain.fits.last_iteration = chain.iteration + 1
-            chain.fits.accept_since = []
-            chain.fits.last_error = f"{type(err).__name__}: {err}"
+            self.refits.failed(chain.iteration, err)
             if self.tune:  # stop_tuning reports the outcome of the final fit
                 self._warn(
                     chain, WarningType.BAD_PARAMS,
@@ -256,13 +245,9 @@ class Refits:
                     level="debug",
                 )
             return
-        chain.fits.last_error = None
-        if first:
-            chain.fits.first_iteration = chain.iteration
-            # exploration's kernel, kept for the fallback
+        self.refits.fitted(chain.iteration, first)
+        if first:  # exploration's kernel, kept for the fallback
             self.exploration.keep_exact_kernel(*kept[2][:2])
-        chain.fits.last_iteration = chain.iteration + 1
-        chain.fits.accept_since = []
         self.exploration.resume()
         chain.counts.fits += 1
 

@@ -60,7 +60,7 @@ class GridPrecompute:
         self._use_surrogate(chain, self.grid_)
         # The metric and step size re-adapt on the grid at the skeleton's refit times,
         # from iteration 52 on (the first needs tuning states for the chain's scale).
-        chain.fits.last_iteration = 1
+        self.refits.last_iteration = 1
 
     def _learns_from_store(self) -> bool:
         """The warm-up's box is found from every chain's evaluations (the store's)."""
