@@ -87,19 +87,19 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         if point.potential > lowest + self.policy.energy_window(self.dim):
             return
         # weighted as the batch fit weighs its points, so the online fit continues it
-        weight = self.policy.weights(point.potential, self.refits.weight_reference, self.dim)
+        weight = self.policy.weights(point.potential, self.schedule.weight_reference, self.dim)
         try:
             chain.learner.partial_fit(
                 self.context.join(point.q)[None], np.array([point.potential]),
                 sample_weight=np.array([weight]),
             )
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-            self._online_failed(chain, err)
+            self.refits.online_failed(self._refit_access(chain), err)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if chain.learner is None or not self.policy.adapts(chain.frozen):
             return
-        t = chain.iteration - self.refits.first_iteration + 1
+        t = chain.iteration - self.schedule.first_iteration + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
             try:
                 candidate = chain.learner.snapshot()
@@ -108,7 +108,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
                 if not (np.isfinite(value) and np.all(np.isfinite(grad))):
                     raise FloatingPointError("the updated surrogate is not finite")
             except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-                self._online_failed(chain, err)
+                self.refits.online_failed(self._refit_access(chain), err)
                 return
             chain.surrogate = candidate
             chain.counts.adaptations += 1

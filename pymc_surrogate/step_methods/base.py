@@ -6,9 +6,9 @@ its parts (``part.py``), each with its chain's state: the evaluation store's cha
 (``evaluation/sharing.py``), the warm-up (``warmup/exploration.py``), the surrogate kernel
 and tail jumps (``kernels/``), coverage, the draws' bound and tuning on the surrogate alone
 (``adaptation/``), and chain health (``health/``); this module is the glue that hands each
-part what it needs from the model and the others. The refits (``adaptation/refit.py``) and
-the mass matrix (``adaptation/mass_matrix.py``) are still inherited. A step class chooses a
-surrogate (``_make_surrogate``), a ``TrainingPolicy`` and a correction, and says little else.
+part what it needs from the model and the others, the refits (``adaptation/refit.py``)
+included. A step class chooses its surrogate family (``_surrogate_fit``: a ``SurrogateFit``),
+a ``TrainingPolicy`` and a correction, and says little else.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
 from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
 from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
-from pymc_surrogate.step_methods.adaptation.refit import Refits
+from pymc_surrogate.step_methods.adaptation.refit import RefitAccess, Refits
 from pymc_surrogate.step_methods.adaptation.refit_schedule import RefitSchedule
+from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
 from pymc_surrogate.step_methods.adaptation.surrogate_tuning import SurrogateTuning
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy, TrainingSet
 from pymc_surrogate.step_methods.adaptation.transport_frame import (
@@ -88,7 +89,7 @@ from pymc_surrogate.step_methods.warmup.prior import draw_prior, prior_scale
 __all__ = ["SurrogateStep", "ChainState"]
 
 
-class SurrogateStep(Refits, ArrayStepShared):
+class SurrogateStep(ArrayStepShared):
     """Base class: compiles the true model, runs exploration, keeps training data.
 
     A subclass names its surrogate family (``surrogate_family``: estimator classes of the
@@ -216,7 +217,11 @@ class SurrogateStep(Refits, ArrayStepShared):
             and self.kernel.correction == "surrogate_transition" and self.context.dim == 0,
             self.dim, self.tuning,
         )
-        self.refits = RefitSchedule(self.tuning)
+        self.schedule = RefitSchedule(self.tuning)
+        self.fit = self._surrogate_fit()
+        self.refits = Refits(self.fit, self.schedule, self.policy, self.tuning, self.dim,
+                             self.context, self.kernel, self.mass_matrix, self.coverage,
+                             self.exploration, self.sharing, self.explore_steps)
         self.chain = self._new_chain()
 
     #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).
@@ -309,13 +314,13 @@ class SurrogateStep(Refits, ArrayStepShared):
         tuned_length = self.kernel.tuned_length()
         self._read_shared(chain)  # the final fit sees every chain's tuning
         chain.frozen = True
-        fitted = self._final_fit(chain)
+        fitted = self.refits.final(self._refit_access(chain))
         if chain.surrogate is not None:
             self.sharing.count_tuned()
         if fitted:
             self._choose_tail_jumps(chain)
             self._choose_draw_bound(chain)
-            self.kernel.choose_inner(self.refits.recent_corrections,
+            self.kernel.choose_inner(self.schedule.recent_corrections,
                                      lowered=self.draw_bound.bound is not None)
         if tuned_length is not None:  # the final fit restarted the length at the full path
             self._choose_draw_length(chain, tuned_length)
@@ -350,7 +355,7 @@ class SurrogateStep(Refits, ArrayStepShared):
             # the chain's state: a raise is tried once more, and no rejection there
             evaluate_state=lambda q: self.evaluator.check_start(
                 self._evaluate(chain, q, with_grad=True, retry=True)),
-            late_states=lambda: self._late_tuning_states(chain)[0],
+            late_states=lambda: self.refits.late_states(chain)[0],
             draw_prior=self._draw_prior,
             training=chain.training,
         )
@@ -429,7 +434,7 @@ class SurrogateStep(Refits, ArrayStepShared):
 
     def _choose_tail_jumps(self, chain: ChainState) -> None:
         """The draws' tail jumps, measured on the final fit (``kernels/tail_jumps.py``)."""
-        states, potentials = self._late_tuning_states(chain)
+        states, potentials = self.refits.late_states(chain)
         # Not training data: AdaptiveSurrogateHMC would learn from them in the draws.
         message = self.tails.choose(
             states, potentials, chain.whitening, self._surrogate_field(chain),
@@ -443,7 +448,7 @@ class SurrogateStep(Refits, ArrayStepShared):
         """The draws' lowering of a black box's surrogate, from the final fit's data."""
         if not self.draw_bound.enabled or chain.surrogate is None:
             return
-        keep = self._relevant(chain)
+        keep = self.refits.relevant(chain)
         potentials = chain.training.potentials[keep]
         self.draw_bound.choose(
             chain.surrogate, chain.training.positions[keep], potentials,
@@ -465,15 +470,35 @@ class SurrogateStep(Refits, ArrayStepShared):
         model's (a compound step's block has evaluations at other contexts)."""
         return self.context.dim == 0
 
-    def _choose_coverage(self, chain: ChainState) -> None:
-        """The temperature of the surrogate just fitted (no model evaluation)."""
-        keep = self._relevant(chain)
-        message = self.coverage.choose(
-            self.context.field(chain.surrogate), chain.training.positions[keep],
-            chain.training.potentials[keep], self.tune,
+    def _surrogate_fit(self) -> SurrogateFit:
+        """The step's surrogate family at a refit (``adaptation/surrogate_fit.py``)."""
+        return SurrogateFit(self.surrogate, self.policy, self.context, self.dim,
+                            self.has_gradient)
+
+    def _refit_access(self, chain: ChainState) -> RefitAccess:
+        """What the refits ask of the step for ``chain`` (``adaptation/refit.py``)."""
+        return RefitAccess(
+            chain=chain, rng=self.rng, tune=self.tune,
+            refit=lambda: self._refit(chain),
+            read_shared=lambda: self._read_shared(chain),
+            warn=lambda kind, message, level="warn": self._warn(chain, kind, message, level),
+            model_access=lambda: self._model_access(chain),
+            field=lambda: self._surrogate_field(chain),
+            adapted=lambda scale: self._adapted_to_surrogate(chain, scale),
         )
-        if message:
-            self._warn(chain, WarningType.CONVERGENCE, message)
+
+    def _adapted_to_surrogate(self, chain: ChainState, chain_scale) -> None:
+        """Hook: a refit has tuned the surrogate kernel's metric and step size."""
+
+    def _surrogate_field(self, chain: ChainState):
+        """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
+        current context, at the temperature that makes it cover the posterior
+        (coverage.py), in a black box's draws lowered where its data thin out
+        (draw_bound.py)."""
+        return self.draw_bound.lower(
+            tempered(self.context.field(chain.surrogate), self.coverage.temperature),
+            chain.frozen,
+        )
 
     def _read_shared(self, chain: ChainState) -> None:
         """Add the other chains' new evaluations to the chain's training set (in tuning)."""
@@ -507,7 +532,7 @@ class SurrogateStep(Refits, ArrayStepShared):
             chain.position_potentials[row] = point.potential
         acceptances, why = self.surrogate_tuning.judge(
             points, lambda q: self._surrogate_point(chain, q).potential)
-        self.refits.note_checks(acceptances)
+        self.schedule.note_checks(acceptances)
         # back inside the support if the surrogate led the chain out
         chain.current, chain.current_approximate = self.surrogate_tuning.last_good, False
         if why is not None:
@@ -515,7 +540,7 @@ class SurrogateStep(Refits, ArrayStepShared):
                        f"the surrogate, on which a chain tuned alone, {why}; the chain tunes "
                        f"with exact corrections from tuning iteration {chain.iteration} on.",
                        level="info")
-        elif self.refits.wants_refit(chain.iteration, self.coverage.tempers_tuning):
+        elif self.schedule.wants_refit(chain.iteration, self.coverage.tempers_tuning):
             self._refit(chain)
             self.surrogate_tuning.new_surrogate()
 
@@ -539,10 +564,6 @@ class SurrogateStep(Refits, ArrayStepShared):
 
             return evaluate(current.q), evaluate
         return current, lambda q: self._evaluate(chain, q, with_grad=with_grad, record=record)
-
-    def _suggested_tune(self) -> int:
-        """Tuning iterations after which a surrogate is usually fitted and refined."""
-        return int(max(1000, 2 * self.explore_steps))
 
     def _warn(self, chain: ChainState, kind: WarningType, message: str,
               level: str = "warn") -> None:
@@ -597,7 +618,7 @@ class SurrogateStep(Refits, ArrayStepShared):
         # draws, while a stuck surrogate is set aside, or after a failed fit (not the
         # planned exploration before the first fit).
         fallback = exploring and (
-            chain.frozen or self.exploration.paused or self.refits.last_error is not None
+            chain.frozen or self.exploration.paused or self.schedule.last_error is not None
         )
         warning = None
         if not self.tune:  # a divergence's debug record
@@ -633,7 +654,7 @@ class SurrogateStep(Refits, ArrayStepShared):
             self.kernel.adapt(info)
         chain.positions.append(info.point.q)
         chain.position_potentials.append(info.point.potential)
-        self._after_tune_iteration(chain, info)
+        self.refits.update(self._refit_access(chain), info)
 
     def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
                     surrogate: bool) -> SamplerWarning | None:
@@ -704,14 +725,14 @@ class SurrogateStep(Refits, ArrayStepShared):
     def _refit(self, chain: ChainState) -> None:
         """The frame first (where the step learns one), then the surrogate in it."""
         if not self.frame.learned:
-            return super()._refit(chain)
+            return self.refits.refit(self._refit_access(chain))
         old = self.frame.map
-        states = self._late_tuning_states(chain)[0]
+        states = self.refits.late_states(chain)[0]
         new = self.frame.fitted(states if old is None else old.forward(states))
         if new is not old:
             self._reframe(chain, old, new)
         failed = chain.counts.failed_fits
-        super()._refit(chain)
+        self.refits.refit(self._refit_access(chain))
         if chain.counts.failed_fits > failed and new is not old:
             self._reframe(chain, new, old)  # the kept surrogate is in the old frame
 

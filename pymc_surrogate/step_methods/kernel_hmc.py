@@ -21,7 +21,6 @@ from pymc_surrogate.surrogates.kernel_exp_family import (
     KernelExpFamilyFinite,
     KernelExpFamilyLite,
 )
-from pymc_surrogate.surrogates.whitening import Whitening
 
 __all__ = ["KernelHMC"]
 
@@ -226,7 +225,6 @@ class KernelHMC(SurrogateStep):
             # the check judges the tails on potentials: noisy estimates here
             kwargs["tail_jumps"] = 0
         super().__init__(vars, use_gradient=use_gradient, **kwargs)
-        self.fit_judge = KernelFit(self.temperature, judged=not self.context.dim)
         if self.pseudo_marginal and self.functions.shared:
             warnings.warn(
                 "KernelHMC(pseudo_marginal=True) samples only some of the model's "
@@ -253,14 +251,6 @@ class KernelHMC(SurrogateStep):
             kernel.frozen_start = len(kernel.states) // 2
         super().stop_tuning()
 
-    def _history(self, chain: KernelChainState) -> np.ndarray:
-        """The states the surrogate learns from: the second half of tuning (past the
-        initial transient), and in the draws every draw since."""
-        kernel = chain.kernel
-        start = kernel.frozen_start if kernel.frozen_start is not None else len(kernel.states) // 2
-        width = self.context.block_dim + self.context.dim
-        return np.array(kernel.states[start:], dtype=np.float64).reshape(-1, width)
-
     def _reframe(self, chain: KernelChainState, old, new) -> None:
         """The history in the chain's new coordinates too (a change of frame)."""
         if chain.kernel.states:
@@ -269,54 +259,10 @@ class KernelHMC(SurrogateStep):
         super()._reframe(chain, old, new)
 
     # ------------------------------------------------------------ the surrogate
-    def _fit_surrogate(self, chain: KernelChainState, **settings):
-        """A new fit (sigma and lam by cross-validation where "auto") to the history, its
-        base and its judgement by the model's values (``KernelFit``)."""
-        history = self._history(chain)
-        dim = self.context.block_dim
-        inputs, whitening = self.context.training_inputs(history[:, :dim], history[:, dim:])
-        judge = self._out_of_sample(chain)
-        whitening = self.fit_judge.base(whitening, judge, chain.training)
-        surrogate = self._make_surrogate(whitening, self.rng.spawn(1)[0], **settings)
-        # No check of the cross-validated score: it is relative to the Gaussian base, so a
-        # fit that says nothing beyond it (score >= 0, the largest penalty) is that Gaussian,
-        # a proper and usable surrogate, not a flat one.
-        fitted = self.fit_judge.judge(surrogate.fit(inputs), judge)
-        chain.kernel.fit_end = len(chain.kernel.states)
-        chain.kernel.fitted_on = len(history)
-        return fitted
-
-    def _out_of_sample(self, chain: KernelChainState) -> tuple:
-        """The tune evaluations that judge a fit (``KernelFit.out_of_sample``)."""
-        return self.fit_judge.out_of_sample(chain.training, self._relevant(chain),
-                                            self._history(chain))
-
-    def _make_surrogate(self, whitening: Whitening, random_state, **settings):
-        temperature = 1.0 if self.temperature == "auto" else self.temperature
-        # A compound step's block: score matching in the block's coordinates only (the
-        # conditional's score), not in the other blocks' values.
-        score_dims = self.dim if self.context.dim else None
-        return super()._make_surrogate(
-            whitening, random_state,
-            **{"temperature": temperature, "score_dims": score_dims, **settings})
-
-    def _use_surrogate(self, chain: KernelChainState, surrogate) -> None:
-        super()._use_surrogate(chain, surrogate)
-        chain.kernel.learner_end = chain.kernel.fit_end
-
-    def _min_points(self) -> int:
-        return self.policy.min_states(self.dim)
-
-    def _points_shortfall(self, chain: KernelChainState) -> str | None:
-        """The fit learns from distinct states, not evaluations: a stuck chain (every state
-        the same) has none to learn from however long it tuned."""
-        distinct = len(np.unique(self._history(chain), axis=0))
-        if distinct >= self._min_points():
-            return None
-        stuck = ("; the chain barely moved: check the model's logp near the initial point"
-                 if chain.iteration >= self.explore_steps else "")
-        return (f"{distinct} distinct states in the second half of tuning, fewer than the "
-                f"{self._min_points()} a fit needs{stuck}")
+    def _surrogate_fit(self) -> KernelFit:
+        """Score matching to the chain's history, judged by the model's values."""
+        return KernelFit(self.surrogate, self.policy, self.context, self.dim,
+                         self.has_gradient, self.temperature)
 
     # ------------------------------------------------ vanishing adaptation (kmc §5)
     def _after_iteration(self, chain: KernelChainState, info: TransitionInfo) -> None:
@@ -328,7 +274,7 @@ class KernelHMC(SurrogateStep):
         kernel.states.append(self.context.join(info.point.q).astype(np.float64, copy=True))
         if chain.surrogate is None:
             return
-        t = chain.iteration - self.refits.first_iteration + 1
+        t = chain.iteration - self.schedule.first_iteration + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
             self._adapt_surrogate(chain, info)
 
@@ -347,12 +293,13 @@ class KernelHMC(SurrogateStep):
                 fitted_on = candidate.n_samples_seen_
             else:
                 current = chain.surrogate
-                history = self._history(chain)
-                candidate = self._make_surrogate(
+                history = self.fit.history(chain)
+                candidate = self.fit.new(
                     current.whitening_, self.rng.spawn(1)[0], sigma=current.sigma_,
                     lam=current.lam_).fit(history)
                 fitted_on = len(history)
-            candidate = self.fit_judge.judge(candidate, self._out_of_sample(chain))
+            candidate = self.fit.judge(candidate, self.fit.out_of_sample(
+                chain.training, self.refits.relevant(chain), self.fit.history(chain)))
             value, grad = self.context.field(candidate)(info.point.q)
             if not (np.isfinite(value) and np.all(np.isfinite(grad))):
                 raise FloatingPointError("the updated surrogate is not finite")

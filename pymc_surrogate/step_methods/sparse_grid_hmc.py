@@ -16,6 +16,7 @@ from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.evaluation.batch import SERIAL
 from pymc_surrogate.step_methods.grid.domain import BoxGaussian, GridDomain
 from pymc_surrogate.step_methods.grid.field import OUTSIDE_SHARE, GridField
+from pymc_surrogate.step_methods.grid.grid_fit import GridFit
 from pymc_surrogate.step_methods.grid.precompute import (
     GridPrecompute,
     GridPrecomputeError,
@@ -24,7 +25,6 @@ from pymc_surrogate.step_methods.grid.precompute import (
 from pymc_surrogate.step_methods.settings import GridBox, part_setting
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
-from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky
 
 __all__ = ["SparseGridHMC", "GridPrecomputeError"]
 
@@ -135,7 +135,7 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
     """
 
     name = "sparse_grid_hmc"
-    # ``_fit_surrogate`` returns the precomputed grid; the evaluations tune records serve
+    # ``GridFit.fit`` returns the precomputed grid; the evaluations tune records serve
     # the exploration kernel and the skeleton's checks (the spurious-well floor), never a fit.
     policy = TrainingPolicy(source="design", refit="once")
     stats_dtypes_shapes = {
@@ -260,41 +260,13 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
             self._start_on_grid(chain)
         return chain
 
-    def _fit_surrogate(self, chain: ChainState, **settings):
-        """A designed surrogate is fitted once, before sampling: refits only re-adapt the
-        metric and step size on it."""
-        return self.grid_
+    def _surrogate_fit(self) -> GridFit:
+        """The grid, in its box's scale (``grid/grid_fit.py``)."""
+        return GridFit(self.surrogate, self.policy, self.context, self.dim, self.has_gradient,
+                       self._grid_and_box, self._surrogate_field)
 
-    def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
-        """The box's Gaussian (the Laplace approximation, checked by the model) until tuning
-        has ``5 d`` distinct late states (at least 20) to estimate the scale from (d = 20 with
-        tune = 3 re-adapted the metric on a handful of states: sd z-scores down to -7.7),
-        then the states' covariance."""
-        states = self._late_tuning_states(chain)[0]
-        box = self._scale_frame()
-        if len(np.unique(states, axis=0)) >= max(20, 5 * self.dim):
-            return Whitening.from_samples(states, dense=dense, frame=box)
-        return box if dense else Whitening(box.mean, np.sqrt(np.diag(self.box_.cov)))
-
-    def _scale_frame(self) -> Whitening:
-        """The box's Gaussian: mass matrices are estimated relative to it (a ridge
-        regression's sd of 3.5e-5 drowned in an absolute regulariser: step size 2e-3,
-        256 leapfrog steps a draw, ESS 5)."""
-        return Whitening(self.box_.mean, robust_cholesky(self.box_.cov))
-
-    def _dense_chain_scale(self, chain: ChainState) -> bool:
-        """``dense_mass="auto"``: dense when the box's Gaussian is strongly correlated (the
-        skeleton asks the chain's exploration probe, which a grid's chain never makes:
-        a ridge regression, correlation -0.99999, then got a diagonal metric, ESS 5)."""
-        return self.mass_matrix.dense_at_first(self.box_.cov, None)
-
-    def _warm_up(self, chain, chain_scale, field, initial_step, n_samples=0):
-        # The step size and metric are tuned on the grid alone: its continuation outside
-        # the box, never the model (an adjoint PDE's warm-up otherwise spent thousands of
-        # solves on trajectories that leave the box).
-        return super()._warm_up(chain, chain_scale,
-                                self._surrogate_field(chain, model_outside=False),
-                                initial_step, n_samples)
+    def _grid_and_box(self):
+        return self.grid_, self.box_
 
     def _measures_coverage(self) -> bool:
         # Its field is the interpolant inside the box and the model outside: a temperature
@@ -351,7 +323,7 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
                 f"a chain ended tuning after {tuned} iterations, too early to adapt its step "
                 f"size and mass matrix on the grid (from iteration {first_refit} on): its draws "
                 "run on the grid with the first guesses, which stays exact but may mix "
-                f"poorly. Increase `tune` (to at least {self._suggested_tune()}).",
+                f"poorly. Increase `tune` (to at least {self.refits.suggested_tune()}).",
             )
         high = OUTSIDE_SHARE[1]
         if (self.exact and share > self._outside_threshold()

@@ -111,4 +111,4 @@ class SurrogateStepState(StepMethodState):
     kernel: Any
     exploration: Any
     frame: Any
-    refits: Any
+    schedule: Any

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.kernels.riemannian import (
     RIEMANNIAN_STATS,
@@ -171,8 +172,8 @@ class SurrogateHMC(SurrogateStep):
             self.kernel.max_energy_error, self.rng,
         )
 
-    def _adapt_to_surrogate(self, chain, chain_scale, warm_up) -> None:
-        super()._adapt_to_surrogate(chain, chain_scale, warm_up)
+    def _adapted_to_surrogate(self, chain, chain_scale) -> None:
+        """RNS-RMHMC: the Riemannian moves' step size, on the surrogate alone."""
         if self.riemannian is None:
             return
         start = chain.current.q if chain.current is not None else chain_scale.mean
@@ -191,11 +192,11 @@ class SurrogateHMC(SurrogateStep):
     def _extra_stats(self, chain) -> dict:
         return {**super()._extra_stats(chain), **riemannian_stats(self.riemannian)}
 
-    # After a spurious well: refit with the ridge penalty floored at these fractions of its
-    # scale (cross-validation alone may take 1e-12).
-    tamer_settings = ({"min_alpha": 1e-6}, {"min_alpha": 1e-3})
-
-    def _make_surrogate(self, whitening: Whitening, random_state, **settings):
-        return super()._make_surrogate(
-            whitening, random_state, max_training_error=self.tuning.max_training_error,
-            **settings)
+    def _surrogate_fit(self) -> SurrogateFit:
+        # After a spurious well: refit with the ridge penalty floored at these fractions of
+        # its scale (cross-validation alone may take 1e-12).
+        return SurrogateFit(
+            self.surrogate, self.policy, self.context, self.dim, self.has_gradient,
+            settings={"max_training_error": self.tuning.max_training_error},
+            tamer_settings=({"min_alpha": 1e-6}, {"min_alpha": 1e-3}),
+        )

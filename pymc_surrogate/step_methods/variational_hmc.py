@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from pymc.stats.convergence import WarningType
 from pymc.step_methods.compound import Competence
 from pymc.vartypes import continuous_types
 
@@ -13,17 +12,15 @@ from pymc_surrogate.core.metropolis import hamiltonian
 from pymc_surrogate.core.transitions import hmc_move
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.adaptation.score_fit import ScoreFit
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.score_network import (
-    FULL_QUADRATIC_DIM,
-    LaplaceTerm,
     ScoreNetworkSurrogate,
 )
-from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky
 
 __all__ = ["VariationalHMC"]
 
@@ -179,52 +176,10 @@ class VariationalHMC(SurrogateStep):
                               finite_difference=True)
 
     # ------------------------------------------------------------ the surrogate
-    def _make_surrogate(self, whitening: Whitening, random_state, **settings):
-        laplace = self._laplace(self.chain)
-        if laplace is not None and not self.context.dim and self.dim > FULL_QUADRATIC_DIM:
-            # Above this the base's quadratic is diagonal: whitened by the Laplace covariance
-            # a near-Gaussian posterior is isotropic and a diagonal quadratic fits it, while
-            # the training points' spread leaves correlations it cannot follow (logistic
-            # regression, d = 50: min ESS 4 of 500 with it, 400 whitened). Not below: the
-            # full quadratic needs no such help, and a banana whitened by its narrow
-            # Laplace covariance missed its arms (means 11 MCSE off, no warning).
-            whitening = _laplace_whitening(laplace, whitening)
-        return super()._make_surrogate(whitening, random_state, laplace=laplace, **settings)
-
-    def _laplace(self, chain: ChainState) -> LaplaceTerm | None:
-        """The mode and Hessian of the Laplace regulariser (vhmc §3.4).
-
-        The exploration's Newton probe (mode and inverse finite-difference Hessian), or,
-        when it failed or is not positive definite, the tuning states' mean and covariance
-        (in a learned frame too: the probe's are the model's coordinates).
-        """
-        probe = self.exploration.probe if self.frame.map is None else None  # model coordinates
-        if probe is not None:
-            try:
-                precision = np.linalg.inv(probe.factor())
-                precision = precision.T @ precision
-                if np.all(np.isfinite(precision)):
-                    return LaplaceTerm(np.asarray(probe.mean, dtype=np.float64), precision)
-            except (np.linalg.LinAlgError, ValueError):
-                pass
-        scale = chain.whitening
-        if scale is None:
-            return None
-        if not chain.online.laplace_fallback:
-            chain.online.laplace_fallback = True
-            # A debug record, not a warning: on the black-box banana it came with every
-            # chain of every seed (the climb stops at the saddle between the arms), while
-            # the draws were right at 9 of 10 seeds (benchmarks/banana_coverage.py).
-            self._warn(
-                chain, WarningType.BAD_PARAMS,
-                "the mode and Hessian for the Laplace regulariser were not found (the climb "
-                "to the mode failed, or its Hessian is not positive definite); the tuning "
-                "states' mean and covariance stand in for them. The draws stay exact.",
-                level="debug",
-            )
-        inv_chol = Whitening(scale.mean[: self.dim], scale.chol[: self.dim, : self.dim]
-                             if scale.dense else scale.chol[: self.dim]).inverse_chol()
-        return LaplaceTerm(scale.mean[: self.dim].copy(), inv_chol.T @ inv_chol)
+    def _surrogate_fit(self) -> ScoreFit:
+        """The score network with its Laplace term (vhmc §3.4)."""
+        return ScoreFit(self.surrogate, self.policy, self.context, self.dim,
+                        self.has_gradient, self.exploration, self.frame, self.health)
 
     # ---------------------------------------------------------- online learning
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
@@ -234,7 +189,7 @@ class VariationalHMC(SurrogateStep):
         lowest = float(np.min(chain.training.potentials))
         if point.potential > lowest + self.policy.energy_window(self.dim):
             return
-        weight = self.policy.weights(point.potential, self.refits.weight_reference, self.dim)
+        weight = self.policy.weights(point.potential, self.schedule.weight_reference, self.dim)
         position = self.context.join(point.q)[None]
         try:
             # prequential: the error on a point not learnt yet is a held-out error
@@ -247,7 +202,7 @@ class VariationalHMC(SurrogateStep):
             if not learner.is_finite_:
                 raise FloatingPointError("the updated weights are not finite")
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-            self._online_failed(chain, err)
+            self.refits.online_failed(self._refit_access(chain), err)
             return
         chain.online.updates += 1
 
@@ -327,13 +282,3 @@ class VariationalHMC(SurrogateStep):
             stats["model_logp"] = np.nan
         return stats
 
-
-def _laplace_whitening(laplace: LaplaceTerm, fallback: Whitening) -> Whitening:
-    """The whitening of ``N(mode, precision^-1)``, or ``fallback`` if it is not finite."""
-    try:
-        chol = robust_cholesky(np.linalg.inv(laplace.precision))
-    except (np.linalg.LinAlgError, ValueError):
-        return fallback
-    if not np.all(np.isfinite(chol)):
-        return fallback
-    return Whitening(np.asarray(laplace.mode, dtype=np.float64), chol)

@@ -81,8 +81,11 @@ def narrow_surrogate(step_class: type, factor: float = 0.6) -> type:
     Gaussian posterior, sds ``factor`` times the posterior's)."""
 
     class NarrowSurrogate(step_class):
-        def _make_surrogate(self, whitening, random_state, **settings):
-            return _Steeper(super()._make_surrogate(whitening, random_state, **settings), factor)
+        def _surrogate_fit(self):
+            fit = super()._surrogate_fit()
+            new = fit.new  # the family makes every estimator it fits with ``new``
+            fit.new = lambda *args, **kwargs: _Steeper(new(*args, **kwargs), factor)
+            return fit
 
     NarrowSurrogate.__name__ = f"Narrow{step_class.__name__}"
     return NarrowSurrogate

@@ -13,6 +13,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
+from pymc_surrogate.step_methods.adaptation.refit import Refits
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.helpers import (
     black_box_step,
@@ -177,10 +178,10 @@ def test_the_surrogate_check_fails_when_every_fit_fails(step, monkeypatch, caplo
             "tests/step_methods/test_sparse_grid_hmc.py"
         )
 
-    def failing_fit(self, chain, **settings):
+    def failing_fit(self, access, **settings):
         raise ValueError("planted failure")
 
-    monkeypatch.setattr(step.cls, "_fit_surrogate", failing_fit)
+    monkeypatch.setattr(Refits, "_fit", failing_fit)
     mean, cov = correlated_gaussian(3, seed=41)
     with gaussian_model(mean, cov), caplog.at_level(logging.WARNING, logger="pymc"):
         s = step()

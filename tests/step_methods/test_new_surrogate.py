@@ -2,9 +2,9 @@
 training data) and a step class of a few lines on it, with nothing changed in
 ``step_methods/base.py``, sample an exact Gaussian and a banana through ``pm.sample``.
 
-The step class only says which surrogate to make (and which of the two exact corrections):
-exploration, refits, the well check, the correction, stats and warnings all come from the
-base.
+The step class only says which surrogate to make (its ``SurrogateFit``, and which of the two
+exact corrections): exploration, refits, the well check, the correction, stats and warnings
+all come from the base.
 """
 
 import numpy as np
@@ -13,6 +13,7 @@ import pytest
 
 from benchmarks.models import make_banana
 from pymc_surrogate import SurrogateStep
+from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
 from pymc_surrogate.surrogates import Surrogate
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.helpers import assert_gaussian, assert_moments, sample
@@ -48,14 +49,22 @@ class LaplaceSurrogate:
         return float(self.intercept_ + self.linear_ @ z + 0.5 * z @ hz), (self.linear_ + hz) / self.scale_
 
 
+class LaplaceFit(SurrogateFit):
+    """Every fit a new ``LaplaceSurrogate`` (it standardises the positions itself)."""
+
+    def new(self, whitening, random_state, **settings):
+        return LaplaceSurrogate()
+
+
 class LaplaceHMC(SurrogateStep):
     """HMC on a Laplace surrogate, corrected exactly by the surrogate transition."""
 
     name = "laplace_hmc"
     correction = "hamiltonian"  # the path length adapts to the true acceptance
 
-    def _make_surrogate(self, whitening, random_state, **settings):
-        return LaplaceSurrogate()
+    def _surrogate_fit(self):
+        return LaplaceFit(self.surrogate, self.policy, self.context, self.dim,
+                          self.has_gradient)
 
 
 def test_the_laplace_surrogate_follows_the_protocol():

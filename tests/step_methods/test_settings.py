@@ -194,7 +194,7 @@ def test_a_surrogate_setting_given_to_the_step_names_the_estimator(cls, settings
 def test_the_surrogate_is_an_estimator_of_the_step_family():
     with _model():
         step = SurrogateHMC(surrogate=RandomNetworkSurrogate(n_hidden=7, alpha=0.1))
-        fitted = step._make_surrogate(Whitening.identity(1), 0)
+        fitted = step.fit.new(Whitening.identity(1), 0)
         assert (fitted.n_hidden, fitted.alpha) == (7, 0.1)  # the user's settings, a new copy
         assert fitted is not step.surrogate and fitted.whitening is not None
         with pytest.raises(TypeError, match="takes a RandomNetworkSurrogate"):

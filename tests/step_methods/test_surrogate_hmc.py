@@ -221,8 +221,8 @@ def test_inner_transitions_in_the_draws(n_inner, recent, expected):
         step = SurrogateHMC(kernel=HMCKernel(n_inner=n_inner))
     assert step.kernel.inner() == (1 if n_inner == "auto" else n_inner)
     for acceptance in recent:
-        step.refits.note(acceptance)
-    step.kernel.choose_inner(step.refits.recent_corrections, lowered=False)
+        step.schedule.note(acceptance)
+    step.kernel.choose_inner(step.schedule.recent_corrections, lowered=False)
     assert step.kernel.inner() == expected
 
 
@@ -317,12 +317,23 @@ def test_too_short_tune_warns_and_stays_exact(caplog):
     assert_moments(idata, "x", mean, np.sqrt(np.diag(cov)))
 
 
+def _fits_changed(fit, change):
+    """``fit`` (a step's ``SurrogateFit``) with every fit passed through
+    ``change(surrogate, chain, settings)``."""
+    plain = fit.fit
+    fit.fit = lambda chain, keep, rng, **settings: change(
+        plain(chain, keep, rng, **settings), chain, settings)
+    return fit
+
+
 class _MisplacedSurrogateHMC(SurrogateHMC):
     """A surrogate fitted to the right potential shifted by 6 sd: its proposals land where
     the posterior is not, so the true correction rejects nearly all of them."""
 
-    def _fit_surrogate(self, chain, **settings):
-        surrogate = super()._fit_surrogate(chain, **settings)
+    def _surrogate_fit(self):
+        return _fits_changed(super()._surrogate_fit(), self._changed)
+
+    def _changed(self, surrogate, chain, settings):
         shift = 6.0 * np.sqrt(np.diag(chain.whitening.covariance))
         field = surrogate.value_and_grad
 
@@ -378,8 +389,10 @@ class _WelledSurrogateHMC(SurrogateHMC):
         self.wells = wells
         self.fit_settings = []
 
-    def _fit_surrogate(self, chain, **settings):
-        surrogate = super()._fit_surrogate(chain, **settings)
+    def _surrogate_fit(self):
+        return _fits_changed(super()._surrogate_fit(), self._changed)
+
+    def _changed(self, surrogate, chain, settings):
         self.fit_settings.append(settings)
         if self.wells == "none" or (settings and self.wells == "default"):
             return surrogate
@@ -514,8 +527,8 @@ class _SteepMisplacedSurrogateHMC(_MisplacedSurrogateHMC):
     trajectories drives their step size to about 1e-3 of the posterior's scale, as the
     first fit in centred eight schools' neck drove it to 1e-7 - 1e-9."""
 
-    def _fit_surrogate(self, chain, **settings):
-        misplaced = super()._fit_surrogate(chain, **settings)
+    def _changed(self, surrogate, chain, settings):
+        misplaced = super()._changed(surrogate, chain, settings)
         field = misplaced.value_and_grad
 
         class Steep:

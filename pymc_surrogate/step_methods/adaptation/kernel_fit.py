@@ -1,5 +1,5 @@
-"""How KernelHMC fits its surrogate and judges the fit against its Gaussian base, on the
-model's own values.
+"""How KernelHMC fits its surrogate to the chain's history and judges the fit against its
+Gaussian base, on the model's own values.
 
 Score matching fits the density of the chain's states, which in tuning are not yet the
 posterior's. The model's potentials at tune evaluations the fit did not learn from decide
@@ -14,6 +14,7 @@ import copy
 
 import numpy as np
 
+from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
 from pymc_surrogate.surrogates.laplace import laplace_from_values, within_trust_region
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -35,22 +36,74 @@ UNJUDGED_TEMPERATURE = 1.5
 MAX_TEMPERATURE = 4.0
 
 
-class KernelFit:
-    """How KernelHMC judges a fit against its Gaussian base on the model's own values (a
-    part of ``KernelHMC``; it holds settings only).
+class KernelFit(SurrogateFit):
+    """KernelHMC's surrogate family: a kernel exponential family fitted by score matching to
+    the chain's history (its states, not the model's values), judged against its Gaussian
+    base on the model's values at the tune evaluations it did not learn from.
 
     Parameters
     ----------
+    estimator, policy, context, dim, has_gradient
+        As ``SurrogateFit``.
     temperature : float or "auto"
         KernelHMC's ``temperature``.
-    judged : bool
-        Whether the model's values can judge a fit: not a compound step's block, whose
-        values depend on the other variables.
     """
 
-    def __init__(self, temperature: float | str, judged: bool):
+    weighted = False
+
+    def __init__(self, estimator, policy, context, dim: int, has_gradient: bool,
+                 temperature: float | str):
+        # A compound step's block: score matching in the block's coordinates only (the
+        # conditional's score), not in the other blocks' values.
+        super().__init__(estimator, policy, context, dim, has_gradient, settings={
+            "temperature": 1.0 if temperature == "auto" else temperature,
+            "score_dims": dim if context.dim else None})
         self.temperature = temperature
-        self.judged = judged
+        # Whether the model's values can judge a fit: not a compound step's block, whose
+        # values depend on the other variables.
+        self.judged = not context.dim
+
+    def history(self, chain) -> np.ndarray:
+        """The states the surrogate learns from: the second half of tuning (past the
+        initial transient), and in the draws every draw since."""
+        kernel = chain.kernel
+        start = kernel.frozen_start if kernel.frozen_start is not None else len(kernel.states) // 2
+        width = self.context.block_dim + self.context.dim
+        return np.array(kernel.states[start:], dtype=np.float64).reshape(-1, width)
+
+    def fit(self, chain, keep: np.ndarray, rng: np.random.Generator, **settings):
+        """A new fit (sigma and lam by cross-validation where "auto") to the history, its
+        base and its judgement by the model's values at the rows ``keep``."""
+        history = self.history(chain)
+        dim = self.context.block_dim
+        inputs, whitening = self.context.training_inputs(history[:, :dim], history[:, dim:])
+        judge = self.out_of_sample(chain.training, keep, history)
+        whitening = self.base(whitening, judge, chain.training)
+        surrogate = self.new(whitening, rng.spawn(1)[0], **settings)
+        # No check of the cross-validated score: it is relative to the Gaussian base, so a
+        # fit that says nothing beyond it (score >= 0, the largest penalty) is that Gaussian,
+        # a proper and usable surrogate, not a flat one.
+        fitted = self.judge(surrogate.fit(inputs), judge)
+        chain.kernel.fit_end = len(chain.kernel.states)
+        chain.kernel.fitted_on = len(history)
+        return fitted
+
+    def min_points(self) -> int:
+        return self.policy.min_states(self.dim)
+
+    def shortfall(self, chain, explore_steps: int) -> str | None:
+        """The fit learns from distinct states, not evaluations: a stuck chain (every state
+        the same) has none to learn from however long it tuned."""
+        distinct = len(np.unique(self.history(chain), axis=0))
+        if distinct >= self.min_points():
+            return None
+        stuck = ("; the chain barely moved: check the model's logp near the initial point"
+                 if chain.iteration >= explore_steps else "")
+        return (f"{distinct} distinct states in the second half of tuning, fewer than the "
+                f"{self.min_points()} a fit needs{stuck}")
+
+    def use(self, chain, surrogate) -> None:
+        chain.kernel.learner_end = chain.kernel.fit_end
 
     def judge(self, surrogate, judge: tuple):
         """``surrogate``, or its Gaussian base alone if ``f`` follows the model worse;

@@ -188,7 +188,7 @@ class GridField:
 
     def _outside_share(self, chain: ChainState) -> float:
         """The share of the late tuning states outside the box."""
-        states = self._late_tuning_states(chain)[0]
+        states = self.refits.late_states(chain)[0]
         if len(states) == 0:
             return 0.0
         return float(np.mean([not self.grid_.contains(q) for q in states]))
@@ -248,7 +248,7 @@ class GridField:
     def _move_rate_in_box(self, chain: ChainState) -> float | None:
         """How often the late tuning iterations that started inside the box moved the
         chain (the corrected grid trajectories' acceptance); None if fewer than 20 did."""
-        states = self._late_tuning_states(chain)[0]
+        states = self.refits.late_states(chain)[0]
         starts = [i for i in range(1, len(states)) if self.grid_.contains(states[i - 1])]
         if len(starts) < 20:
             return None

@@ -57,10 +57,10 @@ class GridPrecompute:
             self.kernel.use(metric=QuadPotentialDiag(np.diag(self.box_.cov).copy(), rng=rng))
         else:
             self.kernel.use(metric=QuadPotentialFull(self.box_.cov.copy(), rng=rng))
-        self._use_surrogate(chain, self.grid_)
+        self.refits.use_surrogate(chain, self.grid_)
         # The metric and step size re-adapt on the grid at the skeleton's refit times,
         # from iteration 52 on (the first needs tuning states for the chain's scale).
-        self.refits.last_iteration = 1
+        self.schedule.last_iteration = 1
 
     def _learns_from_store(self) -> bool:
         """The warm-up's box is found from every chain's evaluations (the store's)."""
@@ -114,7 +114,7 @@ class GridPrecompute:
     def _warm_up_domain(self, chain: ChainState):
         """The box from the warm-up's evaluations near the typical set
         (``GridDomain.from_warm_up``)."""
-        keep = self._relevant(chain)
+        keep = self.refits.relevant(chain)
         return self.domain.from_warm_up(
             chain.training.positions[keep], chain.training.potentials[keep],
             self.policy.mode_depth(self.dim), self.exploration.probe, len(chain.training))

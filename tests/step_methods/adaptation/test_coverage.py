@@ -52,7 +52,7 @@ def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> Coverage:
         chain.positions.append(q)
         chain.position_potentials.append(0.5 * q @ q)
     chain.surrogate = _Gaussian(sd, wiggle)
-    step._choose_coverage(chain)
+    step.refits.choose_coverage(step._refit_access(chain))
     return step.coverage
 
 

@@ -37,8 +37,8 @@ def test_fit_learns_from_where_the_chain_is_not_from_a_funnels_neck():
         chain.positions.append(point.q)
         chain.position_potentials.append(point.potential)
 
-    keep = step._relevant(chain)
+    keep = step.refits.relevant(chain)
     kept_draws = np.mean(np.isin(np.arange(first_draw, first_draw + 300), keep))
     assert kept_draws >= 0.75, kept_draws
-    floor = step._late_tuning_states(chain)[1].min() - step.policy.mode_depth(step.dim)
+    floor = step.refits.late_states(chain)[1].min() - step.policy.mode_depth(step.dim)
     assert chain.training.potentials[keep].min() >= floor

@@ -1,0 +1,121 @@
+"""``SurrogateFit``: how a step's surrogate family is made and fitted at a refit.
+
+What differs between the step methods at a refit is their surrogate family: what it learns
+from (the model's values and gradients near the typical set; gradients only; the chain's
+states; a designed grid) and the scale it is sampled in. Each step chooses a
+``SurrogateFit`` (``SurrogateStep.fit``); the refits (``refit.py``) call it and do the rest
+(the posterior scale, the checks for a spurious well, the mass matrix and step size on the
+surrogate) the same way for all five. This default is the regression on the training data
+that the random networks (SurrogateHMC, AdaptiveSurrogateHMC) use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
+from pymc_surrogate.step_methods.evaluation.block_context import BlockContext
+from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.surrogates.base import with_params
+from pymc_surrogate.surrogates.whitening import Whitening
+
+__all__ = ["SurrogateFit"]
+
+
+class SurrogateFit:
+    """A regression of the potential on the training data near the typical set, weighted.
+
+    Parameters
+    ----------
+    estimator : Surrogate
+        The step's ``surrogate=`` (unfitted): each fit is a copy with its settings, in the
+        chain's whitening and with a random stream of its own.
+    policy : TrainingPolicy
+        What the step learns from and how the training points are weighted.
+    context : BlockContext
+        The block's coordinates and, in a compound step, the other blocks' values.
+    dim : int
+        The block's dimension.
+    has_gradient : bool
+        Whether the training data carry the model's gradient.
+    settings : dict, optional
+        Settings every fit of this family is made with (e.g. ``max_training_error``).
+    tamer_settings : tuple of dict, optional
+        Settings of successively less flexible fits to the same data, tried in turn when a
+        fit's own draws fall into a spurious well (``refit.py``), tamest last.
+    """
+
+    def __init__(self, estimator: Any, policy: TrainingPolicy, context: BlockContext,
+                 dim: int, has_gradient: bool, settings: dict | None = None,
+                 tamer_settings: tuple[dict, ...] = ()):
+        self.estimator = estimator
+        self.policy = policy
+        self.context = context
+        self.dim = dim
+        self.has_gradient = has_gradient
+        self.settings = dict(settings or {})
+        self.tamer_settings = tamer_settings
+
+    def new(self, whitening: Whitening, random_state, **settings) -> Any:
+        """A new, unfitted copy of the estimator in ``whitening``."""
+        return with_params(self.estimator, **{**self.settings, **settings},
+                           whitening=whitening, random_state=random_state)
+
+    #: Whether the fit weighs its points by their potentials relative to the lowest
+    #: (the online updates then weigh new points the same way).
+    weighted = True
+
+    def fit(self, chain: ChainState, keep: np.ndarray, rng: np.random.Generator,
+            **settings) -> Any:
+        """A new fit to the training rows ``keep``, weighted by their potentials relative
+        to the lowest of them."""
+        training = chain.training
+        inputs, whitening = self.context.training_inputs(training.positions[keep],
+                                                         training.contexts[keep])
+        surrogate = self.new(whitening, rng.spawn(1)[0], **settings)
+        potentials = training.potentials[keep]
+        weights = self.policy.weights(potentials, float(np.min(potentials)), self.dim)
+        return surrogate.fit(inputs, potentials, training.gradients[keep],
+                             sample_weight=weights)
+
+    def min_points(self) -> int:
+        """The training points a first fit needs."""
+        return self.policy.min_points(self.dim, self.has_gradient)
+
+    def shortfall(self, chain: ChainState, explore_steps: int) -> str | None:
+        """Too little to learn from, said in what the family learns from (None: enough)."""
+        if len(chain.training) >= self.min_points():
+            return None
+        return (f"{len(chain.training)} training points, fewer than the {self.min_points()} "
+                "a fit needs")
+
+    def use(self, chain: ChainState, surrogate: Any) -> None:
+        """Hook: ``surrogate`` has become the chain's."""
+
+    # --------------------------------------------------------------- the scale
+    def scale_frame(self) -> Whitening | None:
+        """A scale known before sampling, in which mass matrices are estimated (None: the
+        parameters' own)."""
+        return None
+
+    def posterior_scale(self, states: np.ndarray, evaluated: Callable[[], np.ndarray],
+                        dense: bool) -> Whitening:
+        """The posterior scale from the chain's late tuning ``states``; from the points
+        ``evaluated()`` near the typical set where the chain has barely moved (its states
+        say nothing about the scale, and their spread is a safer guess than a degenerate
+        covariance)."""
+        if len(np.unique(states, axis=0)) <= self.dim:
+            states = evaluated()
+        return Whitening.from_samples(states, dense=dense and states.shape[0] > self.dim)
+
+    def dense_at_first(self, mass_matrix, probe, states: np.ndarray) -> bool:
+        """Whether the surrogate is first sampled with a dense mass matrix
+        (``MassMatrix.dense_at_first``, from the exploration's probe and the states)."""
+        return mass_matrix.dense_at_first(None if probe is None else probe.cov, states)
+
+    def warm_up_field(self, chain: ChainState) -> Callable | None:
+        """The field the step size and metric are tuned on (None: the kernels' own)."""
+        return None
