@@ -97,8 +97,9 @@ class KernelHMC(SurrogateStep):
         ``False``: the model is a black box whatever it is (DE-MCz explores; on the
         suite's 2-d ridge regression it stayed where it started).
     frame : {"auto", "affine", "triangular"} or TriangularMap
-        As ``SurrogateHMC`` (the kernel then fits the states where a curved posterior
-        is close to a Gaussian).
+        As ``SurrogateHMC``; "auto" (default): "triangular" where the step samples the
+        whole model one evaluation at a time (the kernel fits the states where a curved
+        posterior is close to a Gaussian), else "affine".
     **kwargs
         ``warmup``, ``target_accept``, ``tail_jumps``, ``store``, ``executor``, ``model``,
         ``rng``, ``initial_point``, ``compile_kwargs``, ``blocked`` as ``SurrogateHMC``.

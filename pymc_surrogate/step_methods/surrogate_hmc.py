@@ -62,9 +62,7 @@ class SurrogateHMC(SurrogateStep):
         target in ``z``, ``pi(T(z)) |det J_T(z)|``, so the draws ``T(z)`` stay exact.
         Where the map's held-out capacity choice finds nothing nonlinear, it is the
         affine frame. Needs the whole model, the Euclidean metric and no executor.
-        "auto" (default): "triangular" where the step samples the whole model one
-        evaluation at a time, else "affine" (a compound step's block, an ``executor``,
-        a Riemannian ``metric``).
+        "auto" (default): "affine" here (KernelHMC's is "triangular").
     target_accept : float
         Step-size target of HMC on the surrogate alone (default 0.8).
     store : None, path, EvaluationStore or False
@@ -132,7 +130,6 @@ class SurrogateHMC(SurrogateStep):
     """
 
     name = "surrogate_hmc"
-    default_frame = "triangular"
     surrogate_family = (RandomNetworkSurrogate,)
     stats_dtypes_shapes = {**_stats.STATS, **RIEMANNIAN_STATS}
 
