@@ -9,17 +9,25 @@ import warnings
 import numpy as np
 from pymc.stats.convergence import WarningType
 
-from pymc_surrogate.core.types import ChainPoint
+from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
-from pymc_surrogate.step_methods.evaluation.batch import SERIAL
-from pymc_surrogate.step_methods.grid.domain import BoxGaussian, GridDomain
-from pymc_surrogate.step_methods.grid.field import OUTSIDE_SHARE, GridField
+from pymc_surrogate.step_methods.grid.domain import GridDomain
+from pymc_surrogate.step_methods.grid.field import (
+    OUTSIDE_SHARE,
+    POOR_MOVE_RATE,
+    GridPotential,
+    ghmc_complete_transition,
+    outside_states_message,
+    poor_moves_message,
+    short_tuning_message,
+)
 from pymc_surrogate.step_methods.grid.grid_fit import GridFit
 from pymc_surrogate.step_methods.grid.precompute import (
     GridPrecompute,
     GridPrecomputeError,
+    grid_settings,
     load_grid,
 )
 from pymc_surrogate.step_methods.settings import GridBox, part_setting
@@ -28,12 +36,8 @@ from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
 
 __all__ = ["SparseGridHMC", "GridPrecomputeError"]
 
-#: Below this acceptance of grid trajectories in late tuning, a chain is told its grid
-#: does not follow the model (measured: a rough potential 0.14-0.16, a banana 0.75).
-POOR_MOVE_RATE = 0.3
 
-
-class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
+class SparseGridHMC(SurrogateStep):
     r"""HMC on a grid interpolant of the potential, precomputed before sampling.
 
     The potential ``U = -logp`` is evaluated once at the nodes of a grid over a domain of
@@ -160,40 +164,11 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
         owner = type(self).__name__
         if not isinstance(exact, bool | np.bool_):
             raise ValueError(f"exact must be True or False; got {exact!r}.")
-        for flat, spelled in (("kind", "surrogate=SmolyakGrid() or surrogate=NaiveGrid()"),
-                              ("save_grid", "grid='file.npz' (built and saved there when "
-                               "the file does not exist, reused when it does)"),
-                              ("max_workers", "executor=<number of worker processes>")):
-            if flat in kwargs:
-                raise TypeError(f"{owner}: {flat} is gone: pass {spelled}.")
-        domain = part_setting(domain, GridBox, GridBox(), owner, "domain", kwargs)
-        if not (progressbar == "auto" or isinstance(progressbar, bool | np.bool_)):
-            raise ValueError(f"progressbar must be True, False or 'auto'; got {progressbar!r}.")
-        self.max_workers = None
-        if isinstance(executor, int | np.integer) and not isinstance(executor, bool):
-            if executor < 1:
-                raise ValueError(f"executor as a number of worker processes must be at least "
-                                 f"1; got {executor!r}.")
-            executor, self.max_workers = "process", int(executor)
-        if not (executor in SERIAL or executor in ("auto", "process")
-                or hasattr(executor, "submit") or hasattr(executor, "map")):
-            raise ValueError(
-                "executor must be 'auto', 'process', a number of worker processes, 'serial', "
-                "None, or an object with submit or map (a concurrent.futures.Executor, a Dask "
-                f"client's get_executor()); got {executor!r}."
-            )
-        self._save_grid = None
-        if isinstance(grid, str | os.PathLike) and not os.path.exists(grid):
-            grid, self._save_grid = None, grid  # built, then saved there
-        if (grid is not None and not isinstance(grid, str | os.PathLike)
-                and (domain.bounds is not None or domain.mean is not None)):
-            raise ValueError("give a grid or the domain it is to cover, not both (a grid "
-                             "brings its own domain).")
+        grid, domain, executor, max_workers, save_grid = grid_settings(
+            owner, grid, part_setting(domain, GridBox, GridBox(), owner, "domain", kwargs),
+            executor, progressbar, kwargs)
         self.exact = bool(exact)
         self.k = float(domain.k)
-        self.executor = executor
-        self.progressbar = progressbar
-        self.grid_ = None
         self._grid_given = grid is not None
         self._start_at_centre = grid is None and domain.bounds is None
         if not self.exact:
@@ -215,14 +190,20 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
             )
         # No model evaluation here: the grid is built at first use (``_refit``,
         # ``_current_point``) or by ``precompute()``.
-        self.domain = GridDomain(self.dim, self.k, self.has_gradient)
-        self._domain_given = self.domain.given(domain.bounds, domain.mean, domain.cov)
-        self._check_grid_settings()
+        shape = GridDomain(self.dim, self.k, self.has_gradient)
+        self.precomputed = GridPrecompute(
+            owner, self.surrogate, shape, shape.given(domain.bounds, domain.mean, domain.cov),
+            self.k, executor, max_workers, progressbar, save_grid, self.functions,
+            self._model, self.vars, self.evaluator, self.has_gradient)
+        self.fit.precompute = self.precomputed
+        self.grid_field = GridPotential(self.precomputed, self.context, self.functions,
+                                        self.evaluator, self.has_gradient, self.k,
+                                        self.tuning.far_sd)
         if grid is not None:
-            self.grid_ = load_grid(grid, self.dim)
-            self.precompute_ = {"nodes": self.grid_.n_nodes_, "model_evals": 0, "seconds": 0.0,
-                                "retried": 0, "loaded": str(grid) if isinstance(grid, str | os.PathLike) else type(grid).__name__}
-            self._box_gaussian()
+            loaded = load_grid(grid, self.dim)
+            self.precomputed.use(loaded, {
+                "nodes": loaded.n_nodes_, "model_evals": 0, "seconds": 0.0, "retried": 0,
+                "loaded": str(grid) if isinstance(grid, str | os.PathLike) else type(grid).__name__})
             self.chain = self._new_chain()
         if not self.exact:
             warnings.warn(
@@ -236,7 +217,7 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
             )
 
     def default_surrogate(self):
-        """None: the grid's kind follows the dimension (``GridPrecompute._make_grid``)."""
+        """None: the grid's kind follows the dimension (``GridPrecompute``)."""
         return None
 
     # ------------------------------------------------------------ the chain
@@ -244,44 +225,42 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
         """The grid built from the old data's posterior goes too (a given one stays)."""
         super()._forget_the_old_data()
         if not self._grid_given:
-            self.grid_ = None
-            self.__dict__.pop("box_", None)
+            self.precomputed.forget()
 
-    def _box_gaussian(self) -> None:
-        """The grid's box and its Gaussian (``BoxGaussian``)."""
-        self.box_ = BoxGaussian.of(self.grid_, self.k)
-
+    grid_ = property(lambda self: self.precomputed.grid, doc="The fitted grid (or None).")
+    box_ = property(lambda self: self.precomputed.box,
+                    doc="The grid's box and its Gaussian (``BoxGaussian``).")
+    precompute_ = property(lambda self: self.precomputed.info,
+                           doc="What the grid cost: nodes, boxes, refits, model_evals, "
+                               "retried, seconds, outside_support (and saved or loaded).")
     box_mean_ = property(lambda self: self.box_.mean, doc="The box's Gaussian's mean.")
     box_cov_ = property(lambda self: self.box_.cov, doc="The box's Gaussian's covariance.")
 
     def _new_chain(self) -> ChainState:
         chain = super()._new_chain()
-        if getattr(self, "grid_", None) is not None and hasattr(self, "box_"):
+        if getattr(self, "grid_", None) is not None:  # (None while the step is made)
             self._start_on_grid(chain)
         return chain
 
     def _surrogate_fit(self) -> GridFit:
         """The grid, in its box's scale (``grid/grid_fit.py``)."""
         return GridFit(self.surrogate, self.policy, self.context, self.dim, self.has_gradient,
-                       self._grid_and_box, self._surrogate_field)
-
-    def _grid_and_box(self):
-        return self.grid_, self.box_
+                       self._surrogate_field)
 
     def _measures_coverage(self) -> bool:
-        # Its field is the interpolant inside the box and the model outside: a temperature
-        # would break it at the faces. Its coverage is the box's (``_outside_share``).
+        # The interpolant inside the box, the model outside: a temperature would break it
+        # at the faces. Its coverage is the box's (``GridPotential.outside_share``).
         return False
 
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         self._q_now = q
-        if self.grid_ is None and self._domain_given is not None:
-            self._precompute_grid(None)  # a given domain: built at first use
+        if self.grid_ is None and self.precomputed.given is not None:
+            self.precomputed.build()  # a given domain: built at first use
         if (self.grid_ is not None and chain.surrogate is None and self.tune
                 and chain.iteration == 0):
             self._start_on_grid(chain)
         if (self.grid_ is not None and self.tune and chain.iteration == 0 and self._start_at_centre
-                and not self.grid_.contains(q) and self._centre_is_higher(q)):
+                and not self.grid_.contains(q) and self.grid_field.centre_is_higher(q)):
             # Tuning starts at the Laplace mean (a mode estimate), as the skeleton's climb
             # to the mode does: from PyMC's initial point far outside the box a black box's
             # chain crawled on the continuation (conjugate regression: step size 1e-4,
@@ -294,53 +273,32 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
             return super()._current_point(chain, q)
         if chain.current is not None and chain.current_key == self.evaluator.key(q):
             return chain.current
-        return ChainPoint(q, self._grid_potential(chain, q), None)
+        return ChainPoint(q, self.grid_field.grid_potential(q, self._unrecorded(chain)), None)
 
     def stop_tuning(self):
         chain = self.chain
         first = not chain.frozen
         if self.grid_ is None:  # tuning ended before the warm-up did
             return super().stop_tuning()
-        share = self._outside_share(chain) if first and not self.has_gradient else 0.0
-        moves = self._move_rate_in_box(chain) if first else None
+        states = self.refits.late_states(chain)[0]
+        share = self.grid_field.outside_share(states) if first and not self.has_gradient else 0.0
+        moves = self.grid_field.move_rate_in_box(states) if first else None
         tuned = chain.iteration
         super().stop_tuning()
         if moves is not None and moves < POOR_MOVE_RATE:
-            self._warn(
-                chain, WarningType.BAD_ACCEPTANCE,
-                f"the model accepted {moves:.0%} of a chain's grid trajectories in the second "
-                "half of tuning: the interpolant does not follow the model's potential there "
-                "(a potential rough or noisy at the grid's spacing, which the method assumes "
-                "smooth, or a grid too coarse for the dimension). The draws stay exact but "
-                "may not mix: check R-hat and ESS, or use SurrogateHMC, whose regression "
-                "smooths what a grid interpolates.",
-            )
+            self._warn(chain, WarningType.BAD_ACCEPTANCE, poor_moves_message(moves))
         # the first re-adaptation on the grid (``_new_chain`` sets the schedule's start at 1)
         first_refit = int(np.ceil(self.tuning.refit_growth + self.tuning.refit_offset))
         if first and tuned < first_refit:
-            self._warn(
-                chain, WarningType.BAD_PARAMS,
-                f"a chain ended tuning after {tuned} iterations, too early to adapt its step "
-                f"size and mass matrix on the grid (from iteration {first_refit} on): its draws "
-                "run on the grid with the first guesses, which stays exact but may mix "
-                f"poorly. Increase `tune` (to at least {self.refits.suggested_tune()}).",
-            )
-        high = OUTSIDE_SHARE[1]
-        if (self.exact and share > self._outside_threshold()
+            self._warn(chain, WarningType.BAD_PARAMS, short_tuning_message(
+                tuned, first_refit, self.refits.suggested_tune()))
+        if (self.exact and share > self.grid_field.outside_threshold()
                 and self.exploration.probability == 0.0):
             self.exploration.freeze(self._model_access(chain), self.rng,
-                                    probability=min(share, high))
+                                    probability=min(share, OUTSIDE_SHARE[1]))
             if share > 0.2:
-                self._warn(
-                    chain, WarningType.BAD_PARAMS,
-                    f"{share:.0%} of a chain's late tuning states lie outside the grid's box, "
-                    f"where a black box has no model of the posterior: "
-                    f"{self.exploration.probability:.0%} of its draws use the exact gradient-free "
-                    "exploration kernel (stat `fallback`), which is correct but mixes slowly. "
-                    "Widen the box (domain=GridBox(k=...) with a larger k, or GridBox(bounds=...) "
-                    "/ GridBox(mean=..., cov=...) that cover the "
-                    "posterior).",
-                )
+                self._warn(chain, WarningType.BAD_PARAMS,
+                           outside_states_message(share, self.exploration.probability))
         if not self.exact:
             self.exploration.never_in_draws()  # one target: exp(-U~) everywhere
             self.chain.current = self.chain.current_key = None  # its potential is U~ now
@@ -357,12 +315,86 @@ class SparseGridHMC(GridPrecompute, GridField, SurrogateStep):
             stats["model_logp"] = np.nan
         return stats
 
-    def __getstate__(self):
-        # The default process pool is made per precompute, never kept; a user's executor
-        # (a Dask client's) need not pickle into the sampling processes.
-        state = self.__dict__.copy()
-        if state.get("executor") not in (*SERIAL, "auto", "process"):
-            state["executor"] = None
-        return state
+    # --------------------------------------------- the grid (``grid/precompute.py``)
+    def precompute(self):
+        """Build the grid now, over the domain given (``domain=GridBox(...)`` with
+        ``bounds``, or ``mean`` and ``cov``), and return it (as ``grid_``; its cost in
+        ``precompute_``). Without a given domain the grid is built at the end of the first
+        chain's warm-up; a step made with ``grid=`` has one already."""
+        if self.grid_ is None:
+            if self.precomputed.given is None:
+                raise ValueError(
+                    "SparseGridHMC.precompute() needs the domain (domain=GridBox(bounds=...), "
+                    "or GridBox(mean=..., cov=...)); "
+                    "without it the grid is built from the warm-up, in pm.sample.")
+            self.precomputed.build()
+        return self.grid_
 
+    def _start_on_grid(self, chain: ChainState) -> None:
+        """A chain that starts on a grid built before it (given, or by an earlier chain of
+        this process): the box's Gaussian as its first metric, no warm-up."""
+        self.kernel.use(metric=self.precomputed.box_metric(
+            self.kernel_settings.dense_mass is not False, self.rng.spawn(1)[0]))
+        self.refits.use_surrogate(chain, self.grid_)
+        # The metric and step size re-adapt on the grid at the skeleton's refit times,
+        # from iteration 52 on (the first needs tuning states for the chain's scale).
+        self.schedule.last_iteration = 1
 
+    def _learns_from_store(self) -> bool:
+        """The warm-up's box is found from every chain's evaluations (the store's)."""
+        return not self.pseudo_marginal
+
+    def _refit(self, chain: ChainState) -> None:
+        """The first fit, at the end of the warm-up, builds the grid (outside the refit's
+        numerical-failure guard: a failing model is reported, not retried)."""
+        if self.grid_ is None:
+            self._read_shared(chain)
+            keep = self.refits.relevant(chain)
+            self.precomputed.build(None if self.precomputed.given is not None else {
+                "positions": chain.training.positions[keep],
+                "potentials": chain.training.potentials[keep],
+                "mode_depth": self.policy.mode_depth(self.dim),
+                "probe": self.exploration.probe, "n_evaluations": len(chain.training)})
+        super()._refit(chain)
+
+    # ------------------------------------------------- the field (``grid/field.py``)
+    def _unrecorded(self, chain: ChainState):
+        """The chain's model evaluations that are no training data (``GridPotential``)."""
+        return lambda q, with_grad: self._evaluate(chain, q, with_grad=with_grad, record=False)
+
+    def _surrogate_field(self, chain: ChainState, model_outside: bool = True):
+        return self.grid_field.field(self._unrecorded(chain), model_outside)
+
+    def _explores_now(self, chain: ChainState) -> bool:
+        """A black box's gradient-free fallback outside the box (``grid/field.py``): in
+        tuning every iteration that starts outside it, in the draws a fixed share."""
+        if self.has_gradient or self._approximate(chain) or chain.frozen or self.grid_ is None:
+            return super()._explores_now(chain)
+        return super()._explores_now(chain) or not self.grid_.contains(self._q_now)
+
+    def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
+                    surrogate: bool):
+        """The skeleton's chain health, and how much of the chain lies outside the box, at
+        the same checkpoints (draws 100, 200, 400, ...)."""
+        divergence = super()._watch_draw(chain, info, fallback, surrogate)
+        record = self.health
+        if not record.at_checkpoint() or self.grid_ is None:
+            return divergence
+        message = self.grid_field.outside_message(record.positions, record.draws,
+                                                  self._chain_name())
+        if message:
+            self.health.tell("outside_box", message, chain.iteration)
+        return divergence
+
+    def _approximate(self, chain: ChainState) -> bool:
+        return not self.exact and chain.frozen
+
+    def _surrogate_step(self, chain: ChainState, current: ChainPoint,
+                        record: bool = True) -> TransitionInfo:
+        if not self._approximate(chain):
+            return super()._surrogate_step(chain, current, record)
+        evaluate = self._unrecorded(chain)
+        return ghmc_complete_transition(
+            current, self._surrogate_field(chain),
+            lambda q, value: self.grid_field.grid_potential(q, evaluate, value),
+            self.kernel, self.rng)

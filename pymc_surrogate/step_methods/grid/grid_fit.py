@@ -25,9 +25,6 @@ class GridFit(SurrogateFit):
     ----------
     estimator, policy, context, dim, has_gradient
         As ``SurrogateFit``.
-    grid_and_box : callable
-        ``() -> (grid, box)``: the step's fitted grid and its box's Gaussian
-        (``BoxGaussian``), once built.
     field : callable
         ``(chain, model_outside) -> field``: the grid's field; the metric and step size
         are tuned on it with ``model_outside=False``.
@@ -36,20 +33,20 @@ class GridFit(SurrogateFit):
     weighted = False
 
     def __init__(self, estimator, policy, context, dim: int, has_gradient: bool,
-                 grid_and_box: Callable, field: Callable):
+                 field: Callable):
         super().__init__(estimator, policy, context, dim, has_gradient)
-        self.grid_and_box = grid_and_box
         self.field = field
+        self.precompute = None  # the step's GridPrecompute, set once the step has made it
 
     def fit(self, chain, keep: np.ndarray, rng: np.random.Generator, **settings):
         """The grid: a designed surrogate is fitted once, before sampling."""
-        return self.grid_and_box()[0]
+        return self.precompute.grid
 
     def scale_frame(self) -> Whitening:
         """The box's Gaussian: mass matrices are estimated relative to it (a ridge
         regression's sd of 3.5e-5 drowned in an absolute regulariser: step size 2e-3,
         256 leapfrog steps a draw, ESS 5)."""
-        box = self.grid_and_box()[1]
+        box = self.precompute.box
         return Whitening(box.mean, robust_cholesky(box.cov))
 
     def posterior_scale(self, states: np.ndarray, evaluated: Callable[[], np.ndarray],
@@ -60,13 +57,13 @@ class GridFit(SurrogateFit):
         box = self.scale_frame()
         if len(np.unique(states, axis=0)) >= max(20, 5 * self.dim):
             return Whitening.from_samples(states, dense=dense, frame=box)
-        return box if dense else Whitening(box.mean, np.sqrt(np.diag(self.grid_and_box()[1].cov)))
+        return box if dense else Whitening(box.mean, np.sqrt(np.diag(self.precompute.box.cov)))
 
     def dense_at_first(self, mass_matrix, probe, states: np.ndarray) -> bool:
         """``dense_mass="auto"``: dense when the box's Gaussian is strongly correlated (a
         grid's chain makes no exploration probe: a ridge regression, correlation
         -0.99999, then got a diagonal metric, ESS 5)."""
-        return mass_matrix.dense_at_first(self.grid_and_box()[1].cov, None)
+        return mass_matrix.dense_at_first(self.precompute.box.cov, None)
 
     def warm_up_field(self, chain):
         """The grid alone, with its continuation outside the box, never the model (an

@@ -1,26 +1,31 @@
 """SparseGridHMC's grid: built over the domain, its nodes evaluated through the batch
-evaluation layer (any executor), nodes outside the support filled, or loaded from a file."""
+evaluation layer (any executor), nodes outside the support filled, or loaded from a file.
+
+``GridPrecompute`` is the step's part that owns the grid; the step decides when it is built
+(at the end of the first chain's warm-up, at first use for a given domain, or by
+``SparseGridHMC.precompute()``)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import numpy as np
 import scipy.spatial
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiag, QuadPotentialFull
 
-from pymc_surrogate.step_methods.evaluation.batch import INFINITE, evaluate_logp
+from pymc_surrogate.step_methods.evaluation.batch import INFINITE, SERIAL, evaluate_logp
 from pymc_surrogate.step_methods.evaluation.evaluator import (
     _first_line,
     infinite_logp_error,
 )
-from pymc_surrogate.step_methods.grid.domain import MAX_GROWTH, MAX_REFITS
-from pymc_surrogate.step_methods.state import ChainState
+from pymc_surrogate.step_methods.grid.domain import MAX_GROWTH, MAX_REFITS, BoxGaussian
 from pymc_surrogate.surrogates.base import Domain, with_params
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
 
-__all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "load_grid"]
+__all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "grid_settings",
+           "load_grid"]
 
 
 #: The model evaluations a default grid may take (``SmolyakGrid``'s own default is larger:
@@ -33,62 +38,94 @@ class GridPrecomputeError(RuntimeError):
 
 
 class GridPrecompute:
-    """Mixin of ``SparseGridHMC``: the grid and its precomputed values."""
+    """SparseGridHMC's grid and its precomputed values: a part of the step, built once and
+    shared by its chains.
 
-    def precompute(self):
-        """Build the grid now, over the domain given (``domain=GridBox(...)`` with
-        ``bounds``, or ``mean`` and ``cov``), and return it (as ``grid_``; its cost in ``precompute_``). Without a
-        given domain the grid is built at the end of the first chain's warm-up; a step
-        made with ``grid=`` has one already."""
-        if self.grid_ is None:
-            if self._domain_given is None:
-                raise ValueError(
-                    "SparseGridHMC.precompute() needs the domain (domain=GridBox(bounds=...), "
-                    "or GridBox(mean=..., cov=...)); "
-                    "without it the grid is built from the warm-up, in pm.sample.")
-            self._precompute_grid(None)
-        return self.grid_
+    Parameters
+    ----------
+    owner : str
+        The step's class name, for messages.
+    estimator : SmolyakGrid, NaiveGrid or None
+        The step's ``surrogate=`` (None: the full grid for d <= 2, the sparse one beyond,
+        within ``DEFAULT_MAX_NODES``).
+    domain : GridDomain
+        How the box is found from the warm-up, refitted and grown.
+    given : tuple or None
+        ``(domain, transform)`` of a box given by the user (``GridDomain.given``).
+    k : float
+        The box's half-width in sds of its Gaussian.
+    executor, max_workers, progressbar
+        Where and how the node evaluations run (``evaluation/batch.py``).
+    save_grid : path or None
+        Where the grid is saved once built.
+    functions, model, vars, evaluator
+        The model the nodes are evaluated on, and how a point is described in messages.
+    has_gradient : bool
+        A black box's warm-up box is re-fitted to the grid's own nodes.
+    """
 
-    def _start_on_grid(self, chain: ChainState) -> None:
-        """A chain that starts on a grid built before it (given, or by an earlier chain of
-        this process): the box's Gaussian as its first metric, no warm-up."""
-        rng = self.rng.spawn(1)[0]
-        if self.kernel_settings.dense_mass is False:
-            self.kernel.use(metric=QuadPotentialDiag(np.diag(self.box_.cov).copy(), rng=rng))
-        else:
-            self.kernel.use(metric=QuadPotentialFull(self.box_.cov.copy(), rng=rng))
-        self.refits.use_surrogate(chain, self.grid_)
-        # The metric and step size re-adapt on the grid at the skeleton's refit times,
-        # from iteration 52 on (the first needs tuning states for the chain's scale).
-        self.schedule.last_iteration = 1
+    def __init__(self, owner: str, estimator, domain, given, k: float, executor,
+                 max_workers, progressbar, save_grid, functions, model, vars, evaluator,
+                 has_gradient: bool):
+        self.owner = owner
+        self.estimator = estimator
+        self.domain = domain
+        self.given = given
+        self.k = k
+        self.executor = executor
+        self.max_workers = max_workers
+        self.progressbar = progressbar
+        self.save_grid = save_grid
+        self.functions, self.model, self.vars = functions, model, vars
+        self.evaluator = evaluator
+        self.has_gradient = has_gradient
+        self.dim = domain.dim
+        self.grid = None  # fitted, once built or loaded
+        self.box = None  # its box's Gaussian (``BoxGaussian``)
+        self.info = None  # what the precompute cost (``SparseGridHMC.precompute_``)
+        self._design(self._make_grid(None), Domain(np.zeros(self.dim), np.ones(self.dim)))
 
-    def _learns_from_store(self) -> bool:
-        """The warm-up's box is found from every chain's evaluations (the store's)."""
-        return not self.pseudo_marginal
+    def __getstate__(self):
+        # The default process pool is made per precompute, never kept; a user's executor
+        # (a Dask client's) need not pickle into the sampling processes.
+        state = self.__dict__.copy()
+        if state.get("executor") not in (*SERIAL, "auto", "process"):
+            state["executor"] = None
+        return state
 
-    def _refit(self, chain: ChainState) -> None:
-        """The first fit, at the end of the warm-up, builds the grid (outside the refit's
-        numerical-failure guard: a failing model is reported, not retried)."""
-        if self.grid_ is None:
-            self._read_shared(chain)
-            self._precompute_grid(chain)
-        super()._refit(chain)
+    def use(self, grid, info: dict) -> None:
+        """``grid`` (fitted) is the step's, with what it cost."""
+        self.grid, self.info = grid, info
+        self.box = BoxGaussian.of(grid, self.k)
 
-    def _precompute_grid(self, chain) -> None:
-        """The grid over the given domain, or over the warm-up's box: for a black box
-        re-fitted to the grid's own nodes while their Laplace approximation says the box
-        misses its mass (``GridDomain.refitted``), then grown where the posterior has not
-        fallen off at a face (``GridDomain.grown``); and what it cost."""
+    def box_metric(self, dense: bool, rng: np.random.Generator):
+        """The box's Gaussian as a mass matrix: a chain's first metric on a grid built
+        before it."""
+        if dense:
+            return QuadPotentialFull(self.box.cov.copy(), rng=rng)
+        return QuadPotentialDiag(np.diag(self.box.cov).copy(), rng=rng)
+
+    def forget(self) -> None:
+        """No grid (the data changed: ``pm.set_data``)."""
+        self.grid = self.box = None
+
+    def build(self, warm_up: dict | None = None) -> None:
+        """The grid over the given domain, or over the warm-up's box (``warm_up``: the
+        arguments of ``GridDomain.from_warm_up``): for a black box re-fitted to the grid's
+        own nodes while their Laplace approximation says the box misses its mass
+        (``GridDomain.refitted``), then grown where the posterior has not fallen off at a
+        face (``GridDomain.grown``); and what it cost."""
         started = time.perf_counter()
-        domain, transform = (self._domain_given if self._domain_given is not None
-                             else self._warm_up_domain(chain))
+        domain, transform = (self.given if self.given is not None
+                             else self.domain.from_warm_up(**warm_up))
         spent, boxes, refits = {"model_evals": 0, "retried": 0}, 0, 0
         while True:
-            grid, potentials, retried, timed = self._grid_over(domain, transform)
+            grid = self._make_grid(transform)
+            potentials, retried, timed = self._precompute(self._design(grid, domain))
             spent["model_evals"] += grid.n_nodes_ + retried + timed
             spent["retried"] += retried
             boxes += 1
-            if self._domain_given is not None or boxes > MAX_GROWTH:
+            if self.given is not None or boxes > MAX_GROWTH:
                 break
             if refits < MAX_REFITS and not self.has_gradient:
                 refit = self.domain.refitted(grid, potentials)
@@ -102,29 +139,11 @@ class GridPrecompute:
             domain = grown
         values, outside_support = fill_outside_support(potentials, grid.nodes_)
         grid.fit(grid.nodes_, values)
-        self.grid_ = grid
-        self.precompute_ = {"nodes": int(grid.n_nodes_), "boxes": boxes, "refits": refits,
-                             **spent,
-                            "seconds": time.perf_counter() - started,
-                            "outside_support": outside_support}
-        if self._save_grid is not None:
-            self.precompute_["saved"] = grid.save(self._save_grid)
-        self._box_gaussian()
-
-    def _warm_up_domain(self, chain: ChainState):
-        """The box from the warm-up's evaluations near the typical set
-        (``GridDomain.from_warm_up``)."""
-        keep = self.refits.relevant(chain)
-        return self.domain.from_warm_up(
-            chain.training.positions[keep], chain.training.potentials[keep],
-            self.policy.mode_depth(self.dim), self.exploration.probe, len(chain.training))
-
-    def _grid_over(self, domain, transform):
-        """A grid's nodes over ``domain`` and the model's potentials there (unfitted)."""
-        grid = self._make_grid(transform)
-        nodes = self._design(grid, domain)
-        potentials, retried, timed = self._precompute(nodes)
-        return grid, potentials, retried, timed
+        info = {"nodes": int(grid.n_nodes_), "boxes": boxes, "refits": refits, **spent,
+                "seconds": time.perf_counter() - started, "outside_support": outside_support}
+        if self.save_grid is not None:
+            info["saved"] = grid.save(self.save_grid)
+        self.use(grid, info)
 
     def _design(self, grid, domain) -> np.ndarray:
         """The grid's nodes over ``domain``; a grid over budget named (no model evaluation:
@@ -133,20 +152,16 @@ class GridPrecompute:
             return grid.design(domain)
         except ValueError as err:
             raise ValueError(
-                f"SparseGridHMC: {err} In d = {self.dim} a grid that resolves the "
+                f"{self.owner}: {err} In d = {self.dim} a grid that resolves the "
                 "posterior may need more evaluations than are affordable: lower the grid's "
                 "`level` or raise its `max_nodes` (surrogate=SmolyakGrid(level=..., "
                 "max_nodes=...)), or use SurrogateHMC / AdaptiveSurrogateHMC, whose "
                 "cost does not grow with a grid."
             ) from err
 
-    def _check_grid_settings(self) -> None:
-        self._design(self._make_grid(None), Domain(np.zeros(self.dim), np.ones(self.dim)))
-
     def _make_grid(self, transform):
-        """A new grid of the step's ``surrogate`` (by default the full grid for d <= 2, the
-        sparse one beyond, within ``DEFAULT_MAX_NODES``) in the box's coordinates."""
-        grid = self.surrogate
+        """A new grid of the step's ``surrogate`` in the box's coordinates."""
+        grid = self.estimator
         if grid is None:
             grid = (NaiveGrid if self.dim <= 2 else SmolyakGrid)(max_nodes=DEFAULT_MAX_NODES)
         return with_params(grid, transform=transform)
@@ -155,16 +170,16 @@ class GridPrecompute:
         """``U`` at every node, through the executor, each failed node retried once; the
         retries, and the evaluations that timed the batch."""
         n = nodes.shape[0]
-        batch = evaluate_logp(nodes, self.functions, self._model, self.vars,
+        batch = evaluate_logp(nodes, self.functions, self.model, self.vars,
                               executor=self.executor, max_workers=self.max_workers,
                               progressbar=self.progressbar, label="Grid nodes",
-                              owner=type(self).__name__)
+                              owner=self.owner)
         if batch.errors and len(batch.errors) < n:  # failed nodes: outside the support
             return self._outside_support(nodes, batch), batch.retried, batch.timed
         infinite = [i for i in sorted(batch.errors) if batch.errors[i] == INFINITE]
         if infinite:
             raise infinite_logp_error(
-                type(self).__name__, self.evaluator.describe(nodes[infinite[0]]),
+                self.owner, self.evaluator.describe(nodes[infinite[0]]),
                 f"grid node {infinite[0]} of {n}, and {len(infinite) - 1} more, in the "
                 "precompute",
             )
@@ -187,7 +202,7 @@ class GridPrecompute:
         where the logp raised twice or was +inf: said once, in this (the parent) process."""
         failed = sorted(batch.errors)
         logging.getLogger("pymc").warning(
-            f"{type(self).__name__}: the model's logp failed at {len(failed)} of "
+            f"{self.owner}: the model's logp failed at {len(failed)} of "
             f"{nodes.shape[0]} grid nodes (twice each, or +inf), treated as outside the "
             f"posterior's support; the first, node {failed[0]}: "
             f"{self.evaluator.describe(nodes[failed[0]])}: {_first_line(batch.errors[failed[0]])}")
@@ -252,3 +267,39 @@ def load_grid(path, dim: int):
             f"the grid in {path} has d = {grid.n_features_in_}; this step samples d = {dim}."
         )
     return grid
+
+
+def grid_settings(owner: str, grid, domain, executor, progressbar, kwargs: dict):
+    """SparseGridHMC's grid settings, checked: ``(grid, domain, executor, max_workers,
+    save_grid)``, a ``grid=`` path that does not exist yet being where the grid is saved
+    once built, and an ``executor=`` number that many worker processes. Refuses the
+    flattened spellings of earlier releases (in ``kwargs``) with the one that works."""
+    for flat, spelled in (("kind", "surrogate=SmolyakGrid() or surrogate=NaiveGrid()"),
+                          ("save_grid", "grid='file.npz' (built and saved there when "
+                           "the file does not exist, reused when it does)"),
+                          ("max_workers", "executor=<number of worker processes>")):
+        if flat in kwargs:
+            raise TypeError(f"{owner}: {flat} is gone: pass {spelled}.")
+    if not (progressbar == "auto" or isinstance(progressbar, bool | np.bool_)):
+        raise ValueError(f"progressbar must be True, False or 'auto'; got {progressbar!r}.")
+    max_workers = None
+    if isinstance(executor, int | np.integer) and not isinstance(executor, bool):
+        if executor < 1:
+            raise ValueError(f"executor as a number of worker processes must be at least "
+                             f"1; got {executor!r}.")
+        executor, max_workers = "process", int(executor)
+    if not (executor in SERIAL or executor in ("auto", "process")
+            or hasattr(executor, "submit") or hasattr(executor, "map")):
+        raise ValueError(
+            "executor must be 'auto', 'process', a number of worker processes, 'serial', "
+            "None, or an object with submit or map (a concurrent.futures.Executor, a Dask "
+            f"client's get_executor()); got {executor!r}."
+        )
+    save_grid = None
+    if isinstance(grid, str | os.PathLike) and not os.path.exists(grid):
+        grid, save_grid = None, grid  # built, then saved there
+    if (grid is not None and not isinstance(grid, str | os.PathLike)
+            and (domain.bounds is not None or domain.mean is not None)):
+        raise ValueError("give a grid or the domain it is to cover, not both (a grid "
+                         "brings its own domain).")
+    return grid, domain, executor, max_workers, save_grid
