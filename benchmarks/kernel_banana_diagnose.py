@@ -28,7 +28,7 @@ class K(KernelHMC):
         super().stop_tuning()
         ch = self.chain
         field = self._surrogate_field(ch)
-        captured.append(dict(field=field, surr=ch.surrogate, hist=self._history(ch).copy(),
+        captured.append(dict(field=field, surr=ch.surrogate, hist=self.fit.history(ch).copy(),
                              cov_T=self.coverage.temperature, khat=self.coverage.khat,
                              T=getattr(ch.surrogate, "temperature", np.nan),
                              sigma=getattr(ch.surrogate, "sigma_", np.nan), lam=getattr(ch.surrogate,"lam_",np.nan),

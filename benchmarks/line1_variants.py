@@ -22,7 +22,7 @@ from pymc_surrogate.step_methods.adaptation.refit import Refits
 
 __all__ = ["VARIANTS", "install"]
 
-_plain_field = Refits._surrogate_field
+_plain_field = SurrogateStep._surrogate_field
 _plain_stop = SurrogateStep.stop_tuning
 
 
@@ -40,7 +40,7 @@ def _draws_field(transform):
     def _surrogate_field(self, chain):
         field = _plain_field(self, chain)
         return transform(chain, field) if chain.frozen else field
-    Refits._surrogate_field = _surrogate_field
+    SurrogateStep._surrogate_field = _surrogate_field
 
 
 def tail_tempering(quantile: float = 0.95, temperature: float = 1.5) -> None:
@@ -49,7 +49,7 @@ def tail_tempering(quantile: float = 0.95, temperature: float = 1.5) -> None:
     def level(step, chain):
         field = _plain_field(step, chain)
         chain.variant_level = float(np.quantile(
-            [field(q)[0] for q in step._late_tuning_states(chain)[0]], quantile))
+            [field(q)[0] for q in step.refits.late_states(chain)[0]], quantile))
 
     def transform(chain, field):
         top = getattr(chain, "variant_level", None)
@@ -79,9 +79,9 @@ def exploration_share(probability: float = 0.1) -> None:
 def extra_evaluation() -> None:
     """In tuning on a surrogate, one more model evaluation an iteration (training data) at
     the point a surrogate transition alone reaches from the chain's state."""
-    plain_after = Refits._after_tune_iteration
+    plain_adapt = SurrogateStep._adapt
 
-    def _after_tune_iteration(self, chain, info):
+    def _adapt(self, chain, info, exploring):
         if (chain.surrogate is not None and not chain.frozen and not chain.on_surrogate
                 and chain.current is not None):
             chain.on_surrogate = True
@@ -90,8 +90,8 @@ def extra_evaluation() -> None:
             finally:
                 chain.on_surrogate = False
             self._evaluate(chain, moved.point.q, with_grad=False, record=True)
-        return plain_after(self, chain, info)
-    Refits._after_tune_iteration = _after_tune_iteration
+        return plain_adapt(self, chain, info, exploring)
+    SurrogateStep._adapt = _adapt
 
 
 def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -> None:
@@ -104,9 +104,10 @@ def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -
     from pymc_surrogate.core.transitions import surrogate_transition
     from pymc_surrogate.core.types import ChainPoint
 
-    plain_final, plain_fit = Refits._final_fit, Refits._fit_surrogate
+    plain_final, plain_fit = Refits.final, Refits._fit
 
-    def _final_fit(self, chain):
+    def final(self, access):
+        chain = access.chain
         if chain.surrogate is not None and chain.current is not None:
             field = self.context.field(chain.surrogate)
 
@@ -120,25 +121,27 @@ def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -
             for i in range(points * thin):
                 point = surrogate_transition(point, on_surrogate, field, self.kernel.metric, step_size,
                                              self.kernel.path_length, self.kernel.max_energy_error, 1,
-                                             self.rng).point
+                                             access.rng).point
                 if (i + 1) % thin == 0:
                     states.append(point.q)
             chain.frozen = False  # so that the evaluations are training data
             start = len(chain.training)
             try:
+                evaluate = access.model_access().evaluate
                 for q in states:
-                    self._evaluate(chain, q, with_grad=False)
+                    evaluate(q, False)
             finally:
                 chain.frozen = True
             chain.variant_design = (start, len(chain.training))
-        return plain_final(self, chain)
+        return plain_final(self, access)
 
-    def _fit_surrogate(self, chain, **settings):
+    def _fit(self, access, **settings):
+        chain = access.chain
         design = getattr(chain, "variant_design", None)
         if design is None:
-            return plain_fit(self, chain, **settings)
-        policy = self.policy
-        keep = self._relevant(chain)
+            return plain_fit(self, access, **settings)
+        policy = self.fit.policy
+        keep = self.relevant(chain)
         factor = np.where((keep >= design[0]) & (keep < design[1]), 1.0, tuning_weight)
 
         class Policy:
@@ -150,13 +153,13 @@ def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -
                 return policy.weights(u, lowest, dim) * factor
 
         try:
-            self.policy = Policy()
-            return plain_fit(self, chain, **settings)
+            self.fit.policy = Policy()
+            return plain_fit(self, access, **settings)
         finally:
-            self.policy = policy
+            self.fit.policy = policy
 
-    Refits._final_fit = _final_fit
-    Refits._fit_surrogate = _fit_surrogate
+    Refits.final = final
+    Refits._fit = _fit
 
 
 VARIANTS = {

@@ -21,7 +21,7 @@ gathers them into ``benchmarks/results/gp66_account.{md,csv}``.  Run one at a ti
     python benchmarks/posteriordb_gp66_account.py report
 
 The learning curve fits ``RandomNetworkSurrogate`` as ``SurrogateHMC``'s refits do
-(``refit.Refits._fit_surrogate``: the energy window ``TrainingPolicy.energy_window``, the
+(``refit.Refits._fit``: the energy window ``TrainingPolicy.energy_window``, the
 weights ``TrainingPolicy.weights``, whitening from the training positions, values and
 gradients, the step's surrogate defaults) on ``n`` NUTS posterior draws and measures
 ``e = U - U~`` on 1000 held-out draws.  Variant ``default`` keeps ``max_equations=20_000``
