@@ -45,12 +45,9 @@ from pymc_surrogate.step_methods.adaptation.transport_frame import (
     convert_point,
     frame_setting,
 )
-from pymc_surrogate.step_methods.evaluation.batch import (
-    _NodeLogp,
-    evaluate_logp,
-    refuse_in_a_rerun_script,
-)
+from pymc_surrogate.step_methods.evaluation.batch import refuse_in_a_rerun_script
 from pymc_surrogate.step_methods.evaluation.block_context import BlockContext
+from pymc_surrogate.step_methods.evaluation.chain_evaluation import ChainEvaluation
 from pymc_surrogate.step_methods.evaluation.evaluator import Evaluator
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
 from pymc_surrogate.step_methods.evaluation.sharing import SharedEvaluations, make_store
@@ -119,7 +116,6 @@ class SurrogateStep(ArrayStepShared):
     explore_executor = None
     explore_tries = 4
     _executor_left_behind = False  # the executor did not travel to this process
-    _node_logp_cache = None  # exploration.py: the model as executor workers compile it
 
     def __init__(
         self, vars=None, *, surrogate=None, kernel: HMCKernel | None = None,
@@ -217,6 +213,9 @@ class SurrogateStep(ArrayStepShared):
             and self.kernel.correction == "surrogate_transition" and self.context.dim == 0,
             self.dim, self.tuning,
         )
+        self.evaluations = ChainEvaluation(
+            self.evaluator, self.functions, model, self.vars, self.far, self.sharing,
+            self.frame, self.context, self.policy, owner, self._on_evaluation)
         self.schedule = RefitSchedule(self.tuning)
         self.fit = self._surrogate_fit()
         self.refits = Refits(self.fit, self.schedule, self.policy, self.tuning, self.dim,
@@ -265,7 +264,6 @@ class SurrogateStep(ArrayStepShared):
         state = self.__dict__.copy()
         if state.get("explore_executor") is not None:
             state["explore_executor"], state["_executor_left_behind"] = None, True
-        state["_node_logp_cache"] = None
         return state
 
     def _new_chain(self) -> ChainState:
@@ -386,28 +384,8 @@ class SurrogateStep(ArrayStepShared):
         return draw_prior(self._model, [v.name for v in self.vars], self.dim, n, self.rng)
 
     def _evaluate_batch(self, chain: ChainState, points: np.ndarray) -> list[ChainPoint]:
-        """The true potential at each row of ``points``, evaluated at once on
-        ``explore_executor`` (``evaluation/batch.py``), counted and kept as ``_evaluate``
-        keeps one."""
-        points = np.array([self.functions.representable(q) for q in points])
-        for q in points:
-            self._count_far(chain, q)
-        result = evaluate_logp(points, self.functions, self._model, self.vars,
-                               executor=self.explore_executor, progressbar=False,
-                               owner=type(self).__name__, node_logp=self._node_logp())
-        chain.counts.logp_evals += points.shape[0]
-        # A row that failed twice, NaN or +inf: a rejection there (evaluator.py)
-        out = self.evaluator.from_batch(chain, points, result.logp, result.errors, self.tune)
-        for point in out:
-            self._keep(chain, point)
-        return out
-
-    def _node_logp(self):
-        """The model as workers compile it, pickled once per step (not per batch)."""
-        if self._node_logp_cache is None:
-            self._node_logp_cache = _NodeLogp.from_model(self._model, self.vars,
-                                                         type(self).__name__)
-        return self._node_logp_cache
+        """The true potential at each row of ``points``, at once on ``explore_executor``."""
+        return self.evaluations.evaluate_batch(chain, points, self.tune, self.explore_executor)
 
     def _surrogate_step(self, chain: ChainState, current: ChainPoint,
                         record: bool = True) -> TransitionInfo:
@@ -695,28 +673,8 @@ class SurrogateStep(ArrayStepShared):
         self, chain: ChainState, q: np.ndarray, with_grad: bool, record: bool = True,
         retry: bool = False, count_far: bool = True,
     ) -> ChainPoint:
-        """Evaluate the true model at ``q``, count it, and keep it as training data (unless
-        ``record`` is False: a diagnostic evaluation, e.g. the heavy-tail check's); ``retry``:
-        the chain's state, where a raise is tried once more (evaluator.py)."""
-        if count_far and not retry:
-            self._count_far(chain, q)
-        point = self.evaluator.evaluate(chain, q, with_grad, self.tune, retry=retry)
-        self._keep(chain, point, record)
-        return point
-
-    def _count_far(self, chain: ChainState, q: np.ndarray) -> None:
-        """A proposal far from every evaluated state (``health/far_proposals.py``)."""
-        self.far.check(q, chain.training.positions, chain.whitening)
-
-    def _keep(self, chain: ChainState, point: ChainPoint, record: bool = True) -> None:
-        """A finite evaluation goes into the store and, as training data, to the chain."""
-        if not np.isfinite(point.potential):
-            return
-        self.sharing.record(self.frame.stored(point),
-                            self.context.values() if self.context.dim else None)
-        if record and self.policy.records(chain.frozen):
-            chain.training.append(point.q, point.potential, point.grad, self.context.values())
-            self._on_evaluation(chain, point)
+        """The true model at ``q``, counted and kept (``evaluation/chain_evaluation.py``)."""
+        return self.evaluations.evaluate(chain, q, with_grad, self.tune, record, retry, count_far)
 
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
         """Hook: a new finite model evaluation was added to the training set."""

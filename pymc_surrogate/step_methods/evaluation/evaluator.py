@@ -121,7 +121,7 @@ class Evaluator:
         """A failed evaluation at ``q``: counted (stat ``eval_failures``), its first
         occurrence of each kind logged (through the chain's pending warnings, which PyMC logs
         in the parent process with any ``cores``), never training data or stored (potential
-        +inf: ``SurrogateStep._keep`` skips it); a rejection wherever it was proposed.
+        +inf: ``ChainEvaluation.keep`` skips it); a rejection wherever it was proposed.
 
         Stops the run when the chain has found no point where the model answers in
         ``FAILURES_IN_A_ROW`` evaluations (a model that fails everywhere, a server gone)."""

@@ -1,0 +1,106 @@
+"""``ChainEvaluation``: a chain's model evaluations as the step makes them.
+
+Each evaluation is counted and its failures handled (``evaluator.py``), a proposal far from
+every evaluated state noted (``health/far_proposals.py``), and a finite one kept: in the
+store, in the model's coordinates (``sharing.py``), and as the chain's training data where
+the step learns from it, the online learners told (``on_evaluation``). Batches run on the
+exploration's executor (``batch.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pymc_surrogate.core.types import ChainPoint
+from pymc_surrogate.step_methods.evaluation.batch import _NodeLogp, evaluate_logp
+
+__all__ = ["ChainEvaluation"]
+
+
+class ChainEvaluation:
+    """The step's model evaluations for a chain: counted, checked, kept.
+
+    Parameters
+    ----------
+    evaluator : Evaluator
+        Evaluates the model (in the chain's frame) and counts and reports failures.
+    functions : ModelFunctions
+        The model in its own coordinates (batches: an executor implies the affine frame).
+    model, vars
+        What executor workers compile (``_NodeLogp``).
+    far : FarProposals
+        Counts proposals far from every evaluated state.
+    sharing : SharedEvaluations
+        The store, which keeps every finite evaluation.
+    frame : Frame
+        The chain's frame: the store keeps model coordinates.
+    context : BlockContext
+        A compound step's other blocks' values, stored with each row.
+    policy : TrainingPolicy
+        Whether an evaluation is training data.
+    owner : str
+        The step's class name, for messages.
+    on_evaluation : callable
+        ``(chain, point)``: a new training point (the online learners' hook).
+    """
+
+    def __init__(self, evaluator, functions, model, vars, far, sharing, frame, context,
+                 policy, owner: str, on_evaluation: Callable):
+        self.evaluator = evaluator
+        self.functions = functions
+        self.model, self.vars = model, vars
+        self.far = far
+        self.sharing = sharing
+        self.frame = frame
+        self.context = context
+        self.policy = policy
+        self.owner = owner
+        self.on_evaluation = on_evaluation
+        self._node_logp = None  # the model as workers compile it, pickled once
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_node_logp"] = None
+        return state
+
+    def evaluate(self, chain, q: np.ndarray, with_grad: bool, tune: bool, record: bool = True,
+                 retry: bool = False, count_far: bool = True) -> ChainPoint:
+        """The true model at ``q``, counted and kept as training data (unless ``record``
+        is False: a diagnostic evaluation, e.g. the heavy-tail check's); ``retry``: the
+        chain's state, where a raise is tried once more (``evaluator.py``)."""
+        if count_far and not retry:
+            self.far.check(q, chain.training.positions, chain.whitening)
+        point = self.evaluator.evaluate(chain, q, with_grad, tune, retry=retry)
+        self.keep(chain, point, record)
+        return point
+
+    def evaluate_batch(self, chain, points: np.ndarray, tune: bool,
+                       executor) -> list[ChainPoint]:
+        """The true potential at each row of ``points``, evaluated at once on
+        ``executor``, counted and kept as ``evaluate`` keeps one."""
+        points = np.array([self.functions.representable(q) for q in points])
+        for q in points:
+            self.far.check(q, chain.training.positions, chain.whitening)
+        if self._node_logp is None:
+            self._node_logp = _NodeLogp.from_model(self.model, self.vars, self.owner)
+        result = evaluate_logp(points, self.functions, self.model, self.vars,
+                               executor=executor, progressbar=False, owner=self.owner,
+                               node_logp=self._node_logp)
+        chain.counts.logp_evals += points.shape[0]
+        # A row that failed twice, NaN or +inf: a rejection there (evaluator.py)
+        out = self.evaluator.from_batch(chain, points, result.logp, result.errors, tune)
+        for point in out:
+            self.keep(chain, point)
+        return out
+
+    def keep(self, chain, point: ChainPoint, record: bool = True) -> None:
+        """A finite evaluation goes into the store and, as training data, to the chain."""
+        if not np.isfinite(point.potential):
+            return
+        self.sharing.record(self.frame.stored(point),
+                            self.context.values() if self.context.dim else None)
+        if record and self.policy.records(chain.frozen):
+            chain.training.append(point.q, point.potential, point.grad, self.context.values())
+            self.on_evaluation(chain, point)
