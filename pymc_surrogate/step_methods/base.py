@@ -417,7 +417,7 @@ class SurrogateStep(ArrayStepShared):
         message = self.tails.choose(
             states, potentials, chain.whitening, self._surrogate_field(chain),
             lambda q: self._evaluate(chain, q, with_grad=False, record=False).potential,
-            lambda: chain.failures.raised, self.rng, stalled=self.exploration.probability > 0,
+            lambda: self.evaluator.failures.raised, self.rng, stalled=self.exploration.probability > 0,
         )
         if message:
             self._warn(chain, WarningType.CONVERGENCE, message, level="info")

@@ -17,7 +17,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.adaptation.training import TrainingSet
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["ChainState", "Counts", "FailureLog", "KernelChainState", "KernelHistory",
+__all__ = ["ChainState", "Counts", "KernelChainState", "KernelHistory",
            "OnlineState", "SurrogateStepState"]
 
 
@@ -31,18 +31,6 @@ class Counts:
     failed_fits: int = 0  # fits or online updates skipped for a numerical failure
     adaptations: int = 0  # online surrogates: switches to newly learned weights
     eval_failures: int = 0  # model evaluations that raised or gave NaN / +inf (rejections)
-
-
-@dataclass
-class FailureLog:
-    """Failed model evaluations of the chain (evaluator.py): what was told, the run of them."""
-
-    told: frozenset = frozenset()  # kinds of failure whose first occurrence was logged
-    frequent_told: bool = False  # the "frequent failures" warning was given
-    next_check: int = 50  # model evaluations at which their share is next judged (doubled)
-    raised: int = 0  # the failures that were exceptions (and time-outs)
-    in_a_row: int = 0  # failures since the model last answered
-    first_in_a_row: tuple | None = None  # the first of them: (where and why, traceback text)
 
 
 @dataclass
@@ -72,7 +60,6 @@ class ChainState:
     learner: Any = None  # online policies: the surrogate that keeps learning (partial_fit)
     whitening: Whitening | None = None  # the posterior scale of the last fit
     counts: Counts = field(default_factory=Counts)
-    failures: FailureLog = field(default_factory=FailureLog)
     online: OnlineState = field(default_factory=OnlineState)
 
 
@@ -112,3 +99,4 @@ class SurrogateStepState(StepMethodState):
     exploration: Any
     frame: Any
     schedule: Any
+    evaluator: Any

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass, field
 
 import numpy as np
 from pymc.exceptions import SamplingError
 from pymc.stats.convergence import WarningType
+from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.evaluation.batch import INFINITE as BATCH_INFINITE
@@ -14,8 +16,9 @@ from pymc_surrogate.step_methods.evaluation.model_functions import (
     ModelEvaluationError,
     ModelFunctions,
 )
+from pymc_surrogate.step_methods.part import ChainPart
 
-__all__ = ["Evaluator", "ModelEvaluationError", "ModelFailure"]
+__all__ = ["Evaluator", "FailureLog", "ModelEvaluationError", "ModelFailure"]
 
 
 #: Kinds of failed evaluation (each logged the first time a chain meets it).
@@ -30,12 +33,30 @@ FAILURES_IN_A_ROW = 100
 FREQUENT_SHARE = 0.1
 
 
+@dataclass
+class FailureLog:
+    """Failed model evaluations of the chain (evaluator.py): what was told, the run of them."""
+
+    told: frozenset = frozenset()  # kinds of failure whose first occurrence was logged
+    frequent_told: bool = False  # the "frequent failures" warning was given
+    next_check: int = 50  # model evaluations at which their share is next judged (doubled)
+    raised: int = 0  # the failures that were exceptions (and time-outs)
+    in_a_row: int = 0  # failures since the model last answered
+    first_in_a_row: tuple | None = None  # the first of them: (where and why, traceback text)
+
+
+@dataclass_state
+class EvaluatorState(DataClassState):
+    failures: FailureLog = field(default_factory=FailureLog)  # the chain's failed evaluations
+
+
 class ModelFailure(Exception):
     """The model's own error, as the text of its traceback (picklable whatever it held)."""
 
 
-class Evaluator:
-    """Evaluates the step's block of the true model and maps its failures to clear errors.
+class Evaluator(ChainPart):
+    """Evaluates the step's block of the true model and maps its failures to clear errors
+    (a part of the step: it owns the chain's ``failures``, a ``FailureLog``).
 
     Parameters
     ----------
@@ -46,7 +67,10 @@ class Evaluator:
         The step's class name, for error messages.
     """
 
+    _state_class = EvaluatorState
+
     def __init__(self, functions: ModelFunctions, layout: list, owner: str, warn=None):
+        self.reset()
         self.functions = functions
         self.layout = layout
         self.owner = owner
@@ -129,7 +153,7 @@ class Evaluator:
         where = f"sampler iteration {chain.iteration} ({phase} phase) at {self.describe(q)}"
         self._last_failure = (q.tobytes(), kind, where, message, cause)
         chain.counts.eval_failures += 1
-        log = chain.failures
+        log = self.failures
         log.in_a_row += 1
         log.raised += kind == RAISED
         if log.first_in_a_row is None:
@@ -177,7 +201,7 @@ class Evaluator:
 
     def _answered(self, chain) -> None:
         """The model gave a value (finite, or -inf: outside the support)."""
-        log = chain.failures
+        log = self.failures
         log.in_a_row, log.first_in_a_row = 0, None
         if chain.counts.logp_evals >= log.next_check:
             self._judge(chain)
@@ -186,7 +210,7 @@ class Evaluator:
         """Warn once when failures are frequent: more than ``FREQUENT_SHARE`` of the chain's
         evaluations, judged at ``FREQUENT_AFTER`` evaluations and each doubling after (a few
         looks, so a model failing one call in 50 is not flagged by chance)."""
-        log, counts = chain.failures, chain.counts
+        log, counts = self.failures, chain.counts
         if log.frequent_told or counts.logp_evals < log.next_check:
             return
         while log.next_check <= counts.logp_evals:
