@@ -79,17 +79,18 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         return RandomNetworkSurrogate(max_hidden=200)
 
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
-        if chain.learner is None:
+        learned = self.learned
+        if learned.learner is None:
             return
         # Like the batch fit, learn only where the posterior lives: one far-out rejected
         # proposal, 1e3 above the typical set, would otherwise bend the whole fit.
-        lowest = float(np.min(chain.training.potentials))
+        lowest = float(np.min(learned.training.potentials))
         if point.potential > lowest + self.policy.energy_window(self.dim):
             return
         # weighted as the batch fit weighs its points, so the online fit continues it
         weight = self.policy.weights(point.potential, self.schedule.weight_reference, self.dim)
         try:
-            chain.learner.partial_fit(
+            learned.learner.partial_fit(
                 self.context.join(point.q)[None], np.array([point.potential]),
                 sample_weight=np.array([weight]),
             )
@@ -97,12 +98,12 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
             self.refits.online_failed(self._refit_access(chain), err)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
-        if chain.learner is None or not self.policy.adapts(chain.frozen):
+        if self.learned.learner is None or not self.policy.adapts(chain.frozen):
             return
         t = chain.iteration - self.schedule.first_iteration + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
             try:
-                candidate = chain.learner.snapshot()
+                candidate = self.learned.learner.snapshot()
                 # the lazily refreshed weights are checked here, not inside a trajectory
                 value, grad = self.context.field(candidate)(info.point.q)
                 if not (np.isfinite(value) and np.all(np.isfinite(grad))):
@@ -110,8 +111,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
             except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
                 self.refits.online_failed(self._refit_access(chain), err)
                 return
-            chain.surrogate = candidate
-            chain.counts.adaptations += 1
+            self.learned.adopt(candidate)
 
     def _extra_stats(self, chain: ChainState) -> dict:
-        return {**super()._extra_stats(chain), "adaptations": chain.counts.adaptations}
+        return {**super()._extra_stats(chain), "adaptations": self.learned.adaptations}

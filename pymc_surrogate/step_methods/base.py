@@ -32,12 +32,13 @@ from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
 from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
+from pymc_surrogate.step_methods.adaptation.learned_surrogate import LearnedSurrogate
 from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.adaptation.refit import RefitAccess, Refits
 from pymc_surrogate.step_methods.adaptation.refit_schedule import RefitSchedule
 from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
 from pymc_surrogate.step_methods.adaptation.surrogate_tuning import SurrogateTuning
-from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy, TrainingSet
+from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.adaptation.transport_frame import (
     Frame,
     FramedFunctions,
@@ -164,6 +165,7 @@ class SurrogateStep(ArrayStepShared):
         self.tune = True
         super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
         self.context = BlockContext(self.functions.shared, self.dim, owner)
+        self.learned = LearnedSurrogate(self.dim, self.context.dim)
         self.explore_executor, self.explore_tries = exploration_executor(
             executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
         if isinstance(frame, str) and frame == "auto":  # the learned frame where it can run
@@ -215,10 +217,10 @@ class SurrogateStep(ArrayStepShared):
         )
         self.evaluations = ChainEvaluation(
             self.evaluator, self.functions, model, self.vars, self.far, self.sharing,
-            self.frame, self.context, self.policy, owner, self._on_evaluation)
+            self.frame, self.context, self.policy, self.learned, owner, self._on_evaluation)
         self.schedule = RefitSchedule(self.tuning)
         self.fit = self._surrogate_fit()
-        self.refits = Refits(self.fit, self.schedule, self.policy, self.tuning, self.dim,
+        self.refits = Refits(self.fit, self.learned, self.schedule, self.policy, self.tuning, self.dim,
                              self.context, self.kernel, self.mass_matrix, self.coverage,
                              self.exploration, self.sharing, self.explore_steps)
         self.chain = self._new_chain()
@@ -275,7 +277,7 @@ class SurrogateStep(ArrayStepShared):
         for part in self._parts():  # a new chain
             part.reset()
         self.kernel.use(metric, initial_step)  # exploration's, until a first fit
-        return ChainState(training=TrainingSet(self.dim, self.context.dim))
+        return ChainState()
 
     def reset_tuning(self, start=None):
         if self.sharing.follow_the_data():
@@ -313,7 +315,7 @@ class SurrogateStep(ArrayStepShared):
         self._read_shared(chain)  # the final fit sees every chain's tuning
         chain.frozen = True
         fitted = self.refits.final(self._refit_access(chain))
-        if chain.surrogate is not None:
+        if self.learned.surrogate is not None:
             self.sharing.count_tuned()
         if fitted:
             self._choose_tail_jumps(chain)
@@ -325,7 +327,7 @@ class SurrogateStep(ArrayStepShared):
 
     def _explores_now(self, chain: ChainState) -> bool:
         """Whether this iteration runs the exact exploration kernel (``exploration.py``)."""
-        return self.exploration.now(chain.surrogate is not None, chain.frozen, self.rng)
+        return self.exploration.now(self.learned.surrogate is not None, chain.frozen, self.rng)
 
     def _explore_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
         """One exact exploration transition (``exploration.py``)."""
@@ -353,9 +355,9 @@ class SurrogateStep(ArrayStepShared):
             # the chain's state: a raise is tried once more, and no rejection there
             evaluate_state=lambda q: self.evaluator.check_start(
                 self._evaluate(chain, q, with_grad=True, retry=True)),
-            late_states=lambda: self.refits.late_states(chain)[0],
+            late_states=lambda: self.refits.late_states()[0],
             draw_prior=self._draw_prior,
-            training=chain.training,
+            training=self.learned.training,
         )
 
     def _difference_rounding(self, point: ChainPoint) -> np.ndarray:
@@ -412,10 +414,10 @@ class SurrogateStep(ArrayStepShared):
 
     def _choose_tail_jumps(self, chain: ChainState) -> None:
         """The draws' tail jumps, measured on the final fit (``kernels/tail_jumps.py``)."""
-        states, potentials = self.refits.late_states(chain)
+        states, potentials = self.refits.late_states()
         # Not training data: AdaptiveSurrogateHMC would learn from them in the draws.
         message = self.tails.choose(
-            states, potentials, chain.whitening, self._surrogate_field(chain),
+            states, potentials, self.learned.whitening, self._surrogate_field(chain),
             lambda q: self._evaluate(chain, q, with_grad=False, record=False).potential,
             lambda: self.evaluator.failures.raised, self.rng, stalled=self.exploration.probability > 0,
         )
@@ -424,12 +426,13 @@ class SurrogateStep(ArrayStepShared):
 
     def _choose_draw_bound(self, chain: ChainState) -> None:
         """The draws' lowering of a black box's surrogate, from the final fit's data."""
-        if not self.draw_bound.enabled or chain.surrogate is None:
+        learned = self.learned
+        if not self.draw_bound.enabled or learned.surrogate is None:
             return
-        keep = self.refits.relevant(chain)
-        potentials = chain.training.potentials[keep]
+        keep = self.refits.relevant()
+        potentials = learned.training.potentials[keep]
         self.draw_bound.choose(
-            chain.surrogate, chain.training.positions[keep], potentials,
+            learned.surrogate, learned.training.positions[keep], potentials,
             self.policy.weights(potentials, float(potentials.min()), self.dim),
         )
 
@@ -450,7 +453,7 @@ class SurrogateStep(ArrayStepShared):
 
     def _surrogate_fit(self) -> SurrogateFit:
         """The step's surrogate family at a refit (``adaptation/surrogate_fit.py``)."""
-        return SurrogateFit(self.surrogate, self.policy, self.context, self.dim,
+        return SurrogateFit(self.surrogate, self.learned, self.policy, self.context, self.dim,
                             self.has_gradient)
 
     def _refit_access(self, chain: ChainState) -> RefitAccess:
@@ -474,7 +477,7 @@ class SurrogateStep(ArrayStepShared):
         (coverage.py), in a black box's draws lowered where its data thin out
         (draw_bound.py)."""
         return self.draw_bound.lower(
-            tempered(self.context.field(chain.surrogate), self.coverage.temperature),
+            tempered(self.context.field(self.learned.surrogate), self.coverage.temperature),
             chain.frozen,
         )
 
@@ -483,31 +486,30 @@ class SurrogateStep(ArrayStepShared):
         rows = None if chain.frozen else self.sharing.read(self.dim, self.context.dim)
         if rows is not None:
             rows = self.frame.rows_in_frame(rows)
-            chain.training.extend(rows.positions, rows.potentials, rows.gradients,
-                                  rows.contexts)
+            self.learned.training.extend(rows.positions, rows.potentials, rows.gradients,
+                                         rows.contexts)
 
     def _adapt_on_surrogate(self, chain: ChainState, info: TransitionInfo) -> None:
         """Tuning's adaptation after a move on the surrogate alone: the step size (which
         learns from surrogate steps only in any case) and the chain's states, whose true
         potentials are unknown (NaN) until a check evaluates them."""
         self.kernel.step_adapt.update(info.adapt_stat, True)
-        chain.positions.append(info.point.q)
-        chain.position_potentials.append(np.nan)
+        self.learned.add_state(info.point.q, np.nan)
         self.surrogate_tuning.start(chain.current)  # the state the first fit found
 
     def _check_surrogate(self, chain: ChainState) -> None:
         """Now and then in tuning on the surrogate alone, the model at the chain's states
         (``surrogate_tuning.py``): training data, and refits or exact tuning as they say."""
-        rows = self.surrogate_tuning.rows(chain.iteration, len(chain.positions))
+        rows = self.surrogate_tuning.rows(chain.iteration, len(self.learned.positions))
         if not rows:
             return
-        states = np.array([chain.positions[row] for row in rows])
+        states = np.array([self.learned.positions[row] for row in rows])
         if self.exploration.batched:
             points = self._evaluate_batch(chain, states)
         else:
             points = [self._evaluate(chain, states[0], with_grad=self.has_gradient)]
         for row, point in zip(rows, points):
-            chain.position_potentials[row] = point.potential
+            self.learned.set_state_potential(row, point.potential)
         acceptances, why = self.surrogate_tuning.judge(
             points, lambda q: self._surrogate_point(chain, q).potential)
         self.schedule.note_checks(acceptances)
@@ -524,7 +526,7 @@ class SurrogateStep(ArrayStepShared):
 
     def _surrogate_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         """``q`` with the (untempered) surrogate's potential in place of the model's."""
-        value, grad = self.context.field(chain.surrogate)(q)
+        value, grad = self.context.field(self.learned.surrogate)(q)
         return ChainPoint(q, float(value), grad)
 
     def _model_or_surrogate(self, chain: ChainState, current: ChainPoint, with_grad: bool,
@@ -558,9 +560,10 @@ class SurrogateStep(ArrayStepShared):
         chain = self.chain
         before = self.frame.map  # the frame this iteration starts in
         q = self.frame.enter(q0.data.astype(np.float64, copy=False), chain.current)
-        logp_before, grad_before = chain.counts.logp_evals, chain.counts.grad_evals
+        counts = self.evaluator.counts
+        logp_before, grad_before = counts.logp_evals, counts.grad_evals
         chain.on_surrogate = self.surrogate_tuning.active(
-            self._tuning_now(chain), chain.surrogate is not None, self.exploration.paused)
+            self._tuning_now(chain), self.learned.surrogate is not None, self.exploration.paused)
         current = self._current_point(chain, q)
 
         # 1. the phase, 2. its kernel
@@ -605,8 +608,9 @@ class SurrogateStep(ArrayStepShared):
         # One warning a draw; a divergence is still counted by the `diverging` stat.
         warning = self.health.next_warning() or warning
         stats = {
-            **_stats.draw_stats(info, chain, chain.counts.logp_evals - logp_before,
-                                chain.counts.grad_evals - grad_before,
+            **_stats.draw_stats(info, chain, counts, self.learned,
+                                counts.logp_evals - logp_before,
+                                counts.grad_evals - grad_before,
                                 surrogate=not (exploring or jumping), fallback=fallback,
                                 jumping=jumping, divergences=self.health.divergences,
                                 far_proposals=self.far.count, frame_degree=self.frame.degree,
@@ -627,11 +631,10 @@ class SurrogateStep(ArrayStepShared):
     def _adapt(self, chain: ChainState, info: TransitionInfo, exploring: bool) -> None:
         """Step sizes, path length, mass matrix, tuning trace, and the refit schedule."""
         if exploring:
-            self.exploration.adapt(info, self.kernel, chain.surrogate is not None)
+            self.exploration.adapt(info, self.kernel, self.learned.surrogate is not None)
         else:
             self.kernel.adapt(info)
-        chain.positions.append(info.point.q)
-        chain.position_potentials.append(info.point.potential)
+        self.learned.add_state(info.point.q, info.point.potential)
         self.refits.update(self._refit_access(chain), info)
 
     def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
@@ -685,23 +688,18 @@ class SurrogateStep(ArrayStepShared):
         if not self.frame.learned:
             return self.refits.refit(self._refit_access(chain))
         old = self.frame.map
-        states = self.refits.late_states(chain)[0]
+        states = self.refits.late_states()[0]
         new = self.frame.fitted(states if old is None else old.forward(states))
         if new is not old:
             self._reframe(chain, old, new)
-        failed = chain.counts.failed_fits
+        failed = self.learned.failed_fits
         self.refits.refit(self._refit_access(chain))
-        if chain.counts.failed_fits > failed and new is not old:
+        if self.learned.failed_fits > failed and new is not old:
             self._reframe(chain, new, old)  # the kept surrogate is in the old frame
 
     def _reframe(self, chain: ChainState, old, new) -> None:
         """Everything the chain keeps in coordinates, from ``old``'s frame to ``new``'s."""
-        chain.training.convert(lambda q, u, g: convert(q, u, g, old, new))
-        if chain.positions:
-            q, u, _ = convert(np.array(chain.positions),
-                              np.array(chain.position_potentials, dtype=np.float64), None,
-                              old, new)
-            chain.positions[:], chain.position_potentials[:] = list(q), list(u)
+        self.learned.reframe(lambda q, u, g: convert(q, u, g, old, new))
         if chain.current is not None:
             chain.current = convert_point(chain.current, old, new)
             chain.current_key = self.evaluator.key(chain.current.q)

@@ -4,7 +4,6 @@ states (kmc §3-5, Algorithm 1)."""
 from __future__ import annotations
 
 import warnings
-from dataclasses import fields
 
 import numpy as np
 from pymc.stats.convergence import WarningType
@@ -16,7 +15,6 @@ from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.adaptation.transport_frame import convert
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.settings import gradient_setting
-from pymc_surrogate.step_methods.state import KernelChainState
 from pymc_surrogate.surrogates.kernel_exp_family import (
     KernelExpFamilyFinite,
     KernelExpFamilyLite,
@@ -241,74 +239,29 @@ class KernelHMC(SurrogateStep):
     def default_surrogate(self) -> KernelExpFamilyLite:
         return KernelExpFamilyLite(max_points=1000)
 
-    # ------------------------------------------------------------ chain state
-    def _new_chain(self) -> KernelChainState:
-        chain = super()._new_chain()
-        return KernelChainState(**{f.name: getattr(chain, f.name) for f in fields(chain)})
-
     def stop_tuning(self):
-        kernel = self.chain.kernel
         if not self.chain.frozen:
-            kernel.frozen_start = len(kernel.states) // 2
+            self.fit.freeze_history()
         super().stop_tuning()
 
-    def _reframe(self, chain: KernelChainState, old, new) -> None:
+    def _reframe(self, chain, old, new) -> None:
         """The history in the chain's new coordinates too (a change of frame)."""
-        if chain.kernel.states:
-            states = np.array(chain.kernel.states)
-            chain.kernel.states[:] = list(convert(states, np.zeros(len(states)), None, old, new)[0])
+        self.fit.reframe(lambda states: convert(states, np.zeros(len(states)), None, old, new)[0])
         super()._reframe(chain, old, new)
 
-    # ------------------------------------------------------------ the surrogate
     def _surrogate_fit(self) -> KernelFit:
         """Score matching to the chain's history, judged by the model's values."""
-        return KernelFit(self.surrogate, self.policy, self.context, self.dim,
-                         self.has_gradient, self.temperature)
+        return KernelFit(self.surrogate, self.learned, self.policy, self.context, self.dim,
+                         self.has_gradient, self.temperature, self.adaptation_decay)
 
-    # ------------------------------------------------ vanishing adaptation (kmc §5)
-    def _after_iteration(self, chain: KernelChainState, info: TransitionInfo) -> None:
+    def _after_iteration(self, chain, info: TransitionInfo) -> None:
         """Keep the new state; with probability ``a_t`` refit the surrogate to the history."""
-        kernel = chain.kernel
-        kernel.updated = False
-        if chain.frozen and not self.adapt_in_draws:
-            return
-        kernel.states.append(self.context.join(info.point.q).astype(np.float64, copy=True))
-        if chain.surrogate is None:
-            return
-        t = chain.iteration - self.schedule.first_iteration + 1
-        if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
-            self._adapt_surrogate(chain, info)
-
-    def _adapt_surrogate(self, chain: KernelChainState, info: TransitionInfo) -> None:
-        """Algorithm 1, steps 1-4: the same sigma, lam and whitening, more states."""
-        kernel = chain.kernel
         try:
-            if self.form == "finite":
-                learner = chain.learner
-                if learner is None:
-                    return
-                if kernel.learner_end < len(kernel.states):
-                    learner.partial_fit(np.array(kernel.states[kernel.learner_end:]))
-                    kernel.learner_end = len(kernel.states)
-                candidate = learner.snapshot()
-                fitted_on = candidate.n_samples_seen_
-            else:
-                current = chain.surrogate
-                history = self.fit.history(chain)
-                candidate = self.fit.new(
-                    current.whitening_, self.rng.spawn(1)[0], sigma=current.sigma_,
-                    lam=current.lam_).fit(history)
-                fitted_on = len(history)
-            candidate = self.fit.judge(candidate, self.fit.out_of_sample(
-                chain.training, self.refits.relevant(chain), self.fit.history(chain)))
-            value, grad = self.context.field(candidate)(info.point.q)
-            if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                raise FloatingPointError("the updated surrogate is not finite")
+            self.fit.after_iteration(info.point.q, not chain.frozen or self.adapt_in_draws,
+                                     chain.iteration - self.schedule.first_iteration + 1,
+                                     self.refits.relevant, self.rng)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-            chain.learner = None if self.form == "finite" else chain.learner
-            chain.counts.failed_fits += 1
-            if not kernel.told_failure:
-                kernel.told_failure = True
+            if self.fit.adaptation_failed():
                 self._warn(
                     chain, WarningType.BAD_PARAMS,
                     f"an update of the surrogate from the chain's states failed ({err}); "
@@ -316,22 +269,14 @@ class KernelHMC(SurrogateStep):
                     "exact.",
                     level="info" if self.tune else "warn",
                 )
-            return
-        chain.surrogate = candidate
-        kernel.fitted_on = fitted_on
-        kernel.adaptations += 1
-        chain.counts.adaptations += 1
-        kernel.updated = True
 
-    # ------------------------------------------------------------------ stats
-    def _extra_stats(self, chain: KernelChainState) -> dict:
-        surrogate = chain.surrogate
+    def _extra_stats(self, chain) -> dict:
+        surrogate = self.learned.surrogate
         return {
-            "training_size": chain.kernel.fitted_on if surrogate is not None else 0,
-            "adaptations": chain.kernel.adaptations,
-            "adapted": chain.kernel.updated,
+            "training_size": self.fit.fitted_on if surrogate is not None else 0,
+            "adaptations": self.learned.adaptations,
+            "adapted": self.fit.updated,
             "kernel_sigma": getattr(surrogate, "sigma_", np.nan),
             "kernel_lam": getattr(surrogate, "lam_", np.nan),
             "kernel_temperature": getattr(surrogate, "temperature", np.nan),
         }
-

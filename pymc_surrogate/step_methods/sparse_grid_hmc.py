@@ -244,7 +244,7 @@ class SparseGridHMC(SurrogateStep):
 
     def _surrogate_fit(self) -> GridFit:
         """The grid, in its box's scale (``grid/grid_fit.py``)."""
-        return GridFit(self.surrogate, self.policy, self.context, self.dim, self.has_gradient,
+        return GridFit(self.surrogate, self.learned, self.policy, self.context, self.dim, self.has_gradient,
                        self._surrogate_field)
 
     def _measures_coverage(self) -> bool:
@@ -256,7 +256,7 @@ class SparseGridHMC(SurrogateStep):
         self._q_now = q
         if self.grid_ is None and self.precomputed.given is not None:
             self.precomputed.build()  # a given domain: built at first use
-        if (self.grid_ is not None and chain.surrogate is None and self.tune
+        if (self.grid_ is not None and self.learned.surrogate is None and self.tune
                 and chain.iteration == 0):
             self._start_on_grid(chain)
         if (self.grid_ is not None and self.tune and chain.iteration == 0 and self._start_at_centre
@@ -280,7 +280,7 @@ class SparseGridHMC(SurrogateStep):
         first = not chain.frozen
         if self.grid_ is None:  # tuning ended before the warm-up did
             return super().stop_tuning()
-        states = self.refits.late_states(chain)[0]
+        states = self.refits.late_states()[0]
         share = self.grid_field.outside_share(states) if first and not self.has_gradient else 0.0
         moves = self.grid_field.move_rate_in_box(states) if first else None
         tuned = chain.iteration
@@ -335,7 +335,7 @@ class SparseGridHMC(SurrogateStep):
         this process): the box's Gaussian as its first metric, no warm-up."""
         self.kernel.use(metric=self.precomputed.box_metric(
             self.kernel_settings.dense_mass is not False, self.rng.spawn(1)[0]))
-        self.refits.use_surrogate(chain, self.grid_)
+        self.refits.use_surrogate(self.grid_)
         # The metric and step size re-adapt on the grid at the skeleton's refit times,
         # from iteration 52 on (the first needs tuning states for the chain's scale).
         self.schedule.last_iteration = 1
@@ -349,12 +349,11 @@ class SparseGridHMC(SurrogateStep):
         numerical-failure guard: a failing model is reported, not retried)."""
         if self.grid_ is None:
             self._read_shared(chain)
-            keep = self.refits.relevant(chain)
+            keep, training = self.refits.relevant(), self.learned.training
             self.precomputed.build(None if self.precomputed.given is not None else {
-                "positions": chain.training.positions[keep],
-                "potentials": chain.training.potentials[keep],
+                "positions": training.positions[keep], "potentials": training.potentials[keep],
                 "mode_depth": self.policy.mode_depth(self.dim),
-                "probe": self.exploration.probe, "n_evaluations": len(chain.training)})
+                "probe": self.exploration.probe, "n_evaluations": len(training)})
         super()._refit(chain)
 
     # ------------------------------------------------- the field (``grid/field.py``)

@@ -46,12 +46,12 @@ STATS = {
 }
 
 
-def draw_stats(info, chain, model_evals: int, gradient_evals: int, *, surrogate: bool,
-               fallback: bool, jumping: bool, divergences: int, far_proposals: int,
-               frame_degree: int, warning, start: float) -> dict:
+def draw_stats(info, chain, counts, learned, model_evals: int, gradient_evals: int, *,
+               surrogate: bool, fallback: bool, jumping: bool, divergences: int,
+               far_proposals: int, frame_degree: int, warning, start: float) -> dict:
     """The ``STATS`` of one draw (the coverage's and the step class's own are added by the
-    step): its transition ``info``, the chain's counts, and this draw's evaluations."""
-    counts = chain.counts
+    step): its transition ``info``, the chain's evaluation ``counts`` and ``learned``
+    surrogate (the fits), and this draw's evaluations."""
     return {
         "accept": info.accept_prob,
         "accepted": float(info.accepted),
@@ -66,12 +66,12 @@ def draw_stats(info, chain, model_evals: int, gradient_evals: int, *, surrogate:
         "gradient_evals": gradient_evals,
         "total_model_evals": counts.logp_evals,
         "total_gradient_evals": counts.grad_evals,
-        "training_size": len(chain.training),
+        "training_size": len(learned.training),
         "uses_surrogate": surrogate,
         "fallback": fallback,
         "tail_jump": jumping,
-        "surrogate_fits": counts.fits,
-        "failed_fits": counts.failed_fits,
+        "surrogate_fits": learned.fits,
+        "failed_fits": learned.failed_fits,
         "eval_failures": counts.eval_failures,
         "far_proposals": far_proposals,
         "frame_degree": frame_degree,

@@ -160,7 +160,7 @@ class SurrogateHMC(SurrogateStep):
         if self.riemannian is None:
             return super()._surrogate_step(chain, current, record)
         tuning_now = self._tuning_now(chain)
-        field = self.riemannian.field(chain.surrogate, self.coverage.temperature_now(tuning_now))
+        field = self.riemannian.field(self.learned.surrogate, self.coverage.temperature_now(tuning_now))
         current, evaluate = self._model_or_surrogate(
             chain, current, self.has_gradient and not chain.frozen, record, field)
         return self.riemannian.transition(
@@ -175,7 +175,7 @@ class SurrogateHMC(SurrogateStep):
             return
         start = chain.current.q if chain.current is not None else chain_scale.mean
         step = self.riemannian.warm_up(
-            self.riemannian.field(chain.surrogate, self.coverage.temperature),
+            self.riemannian.field(self.learned.surrogate, self.coverage.temperature),
             self._whitened(chain), start,
             self.kernel.step_size_adaptation(self.kernel.step_adapt.current(False)),
             self.kernel.path_length, self.kernel.max_energy_error, self.rng,
@@ -184,7 +184,8 @@ class SurrogateHMC(SurrogateStep):
 
     def _whitened(self, chain) -> Whitening:
         """The chain's whitened coordinates: the posterior scale of the last fit."""
-        return chain.whitening if chain.whitening is not None else Whitening.identity(self.dim)
+        whitening = self.learned.whitening
+        return whitening if whitening is not None else Whitening.identity(self.dim)
 
     def _extra_stats(self, chain) -> dict:
         return {**super()._extra_stats(chain), **riemannian_stats(self.riemannian)}
@@ -193,7 +194,7 @@ class SurrogateHMC(SurrogateStep):
         # After a spurious well: refit with the ridge penalty floored at these fractions of
         # its scale (cross-validation alone may take 1e-12).
         return SurrogateFit(
-            self.surrogate, self.policy, self.context, self.dim, self.has_gradient,
+            self.surrogate, self.learned, self.policy, self.context, self.dim, self.has_gradient,
             settings={"max_training_error": self.tuning.max_training_error},
             tamer_settings=({"min_alpha": 1e-6}, {"min_alpha": 1e-3}),
         )

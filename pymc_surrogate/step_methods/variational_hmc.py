@@ -24,8 +24,6 @@ from pymc_surrogate.surrogates.score_network import (
 
 __all__ = ["VariationalHMC"]
 
-#: Weight of the newest point in the running score error (about the last 20 points).
-SCORE_ERROR_SMOOTHING = 0.05
 #: VariationalHMC's ``gradient=`` of earlier releases (now ``use_gradient``).
 GRADIENTS = ("model", "finite_difference")
 
@@ -178,50 +176,20 @@ class VariationalHMC(SurrogateStep):
     # ------------------------------------------------------------ the surrogate
     def _surrogate_fit(self) -> ScoreFit:
         """The score network with its Laplace term (vhmc §3.4)."""
-        return ScoreFit(self.surrogate, self.policy, self.context, self.dim,
-                        self.has_gradient, self.exploration, self.frame, self.health)
+        return ScoreFit(self.surrogate, self.learned, self.policy, self.context, self.dim,
+                        self.has_gradient, self.t0, self.stop_error, self.exploration,
+                        self.frame, self.health)
 
     # ---------------------------------------------------------- online learning
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
-        learner = chain.learner
-        if learner is None or chain.online.stopped or point.grad is None:
-            return
-        lowest = float(np.min(chain.training.potentials))
-        if point.potential > lowest + self.policy.energy_window(self.dim):
-            return
-        weight = self.policy.weights(point.potential, self.schedule.weight_reference, self.dim)
-        position = self.context.join(point.q)[None]
         try:
-            # prequential: the error on a point not learnt yet is a held-out error
-            error = learner.score_error(position, point.grad[None])
-            online = chain.online
-            online.score_error = error if np.isnan(online.score_error) else (
-                (1 - SCORE_ERROR_SMOOTHING) * online.score_error + SCORE_ERROR_SMOOTHING * error)
-            learner.partial_fit(position, gradients=point.grad[None],
-                                sample_weight=np.array([weight]))
-            if not learner.is_finite_:
-                raise FloatingPointError("the updated weights are not finite")
+            self.fit.learn(point, self.schedule.weight_reference)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
             self.refits.online_failed(self._refit_access(chain), err)
-            return
-        chain.online.updates += 1
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
-        """In tuning, the trajectories switch to the weights learnt so far (Algorithm 2),
-        until the stopping time."""
-        if chain.frozen or chain.online.stopped or chain.surrogate is None:
-            return
-        if chain.learner is not None:
-            chain.surrogate = chain.learner.snapshot()
-        stop_at = self.t0 if self.t0 != "tune" else np.inf
-        converged = (
-            self.stop_error is not None
-            and chain.online.updates >= 20
-            and chain.online.score_error < self.stop_error
-        )
-        if chain.iteration + 1 >= stop_at or converged:
-            chain.online.stopped = True
-            chain.learner = None
+        if not chain.frozen:
+            self.fit.follow(chain.iteration)
 
     def _measures_coverage(self) -> bool:
         # The free-form mode samples the surrogate itself: a temperature would change its target.
@@ -229,13 +197,13 @@ class VariationalHMC(SurrogateStep):
 
     def _refit(self, chain: ChainState) -> None:
         """Batch refits (new whitening and nodes, all the data) until the stopping time."""
-        if chain.online.stopped and chain.surrogate is not None:
+        if self.fit.stopped and self.learned.surrogate is not None:
             return
         super()._refit(chain)
 
     # ------------------------------------------------- the free-form variational mode
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
-        if self.exact or not chain.frozen or chain.surrogate is None:
+        if self.exact or not chain.frozen or self.learned.surrogate is None:
             return super()._current_point(chain, q)
         if chain.current is not None and chain.current_key == self.evaluator.key(q):
             return chain.current
@@ -270,12 +238,12 @@ class VariationalHMC(SurrogateStep):
             super()._choose_draw_length(chain, tuned)
 
     def _extra_stats(self, chain: ChainState) -> dict:
-        approximate = not self.exact and chain.frozen and chain.surrogate is not None
-        surrogate = chain.surrogate
+        surrogate = self.learned.surrogate
+        approximate = not self.exact and chain.frozen and surrogate is not None
         stats = {
             "approximate": approximate,
-            "learning": not (chain.frozen or chain.online.stopped) and chain.learner is not None,
-            "score_error": chain.online.score_error,
+            "learning": not chain.frozen and self.fit.learning,
+            "score_error": self.fit.score_error,
             "laplace_weight": 1.0 - surrogate.mu_ if surrogate is not None else np.nan,
         }
         if approximate:

@@ -182,11 +182,11 @@ def test_failed_evaluations_never_become_training_data():
     with failing_region_model("raise"):
         step = SurrogateHMC()
         sample(step, chains=1, tune=400, draws=200)
-    training = step.chain.training
+    training = step.learned.training
     assert len(training) > 0
     assert np.all(np.isfinite(training.potentials))
     assert np.all(training.positions[:, 0] <= EDGE)
-    assert step.chain.counts.eval_failures > 0
+    assert step.evaluator.counts.eval_failures > 0
 
 
 def test_keyboard_interrupt_in_the_model_still_stops_the_run():

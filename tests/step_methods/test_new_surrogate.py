@@ -63,7 +63,7 @@ class LaplaceHMC(SurrogateStep):
     correction = "hamiltonian"  # the path length adapts to the true acceptance
 
     def _surrogate_fit(self):
-        return LaplaceFit(self.surrogate, self.policy, self.context, self.dim,
+        return LaplaceFit(self.surrogate, self.learned, self.policy, self.context, self.dim,
                           self.has_gradient)
 
 
@@ -76,7 +76,7 @@ def test_laplace_hmc_recovers_an_exact_gaussian():
     with gaussian_model(mean, cov):
         step = LaplaceHMC()
         idata = sample(step)
-    assert isinstance(step.chain.surrogate, LaplaceSurrogate)
+    assert isinstance(step.learned.surrogate, LaplaceSurrogate)
     assert idata.sample_stats.uses_surrogate.values.mean() > 0.9
     assert_gaussian(idata, "x", mean, cov)
 

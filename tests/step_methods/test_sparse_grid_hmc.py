@@ -447,9 +447,9 @@ def test_in_a_compound_step_the_grid_is_tilted_to_the_other_blocks_values():
                                        atol=1e-8)
         face = np.array([3.0, 0.4])  # continuous across the faces at every context
         assert abs(field(face - [1e-7, 0])[0] - field(face + [1e-7, 0])[0]) < 1e-5
-    evaluations = step.chain.counts.grad_evals
+    evaluations = step.evaluator.counts.grad_evals
     step._surrogate_field(step.chain)
-    assert step.chain.counts.grad_evals == evaluations  # one gradient per context
+    assert step.evaluator.counts.grad_evals == evaluations  # one gradient per context
 
 
 @pytest.mark.parametrize("black_box", [False, True])

@@ -166,9 +166,9 @@ def test_pickles_like_pymc_does_for_worker_processes():
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 10, "tune": 300})
     clone = pickle.loads(cloudpickle.dumps(step))
     assert clone.dim == 2 and clone.kernel.correction == step.kernel.correction
-    assert clone.chain.surrogate is not None
+    assert clone.learned.surrogate is not None
     q = np.asarray(mean, dtype=float)
-    assert clone.chain.surrogate.value_and_grad(q)[0] == step.chain.surrogate.value_and_grad(q)[0]
+    assert clone.learned.surrogate.value_and_grad(q)[0] == step.learned.surrogate.value_and_grad(q)[0]
 
 
 # ------------------------------------------------------------------ bad input
@@ -334,7 +334,7 @@ class _MisplacedSurrogateHMC(SurrogateHMC):
         return _fits_changed(super()._surrogate_fit(), self._changed)
 
     def _changed(self, surrogate, chain, settings):
-        shift = 6.0 * np.sqrt(np.diag(chain.whitening.covariance))
+        shift = 6.0 * np.sqrt(np.diag(self.learned.whitening.covariance))
         field = surrogate.value_and_grad
 
         class Shifted:
@@ -396,10 +396,10 @@ class _WelledSurrogateHMC(SurrogateHMC):
         self.fit_settings.append(settings)
         if self.wells == "none" or (settings and self.wells == "default"):
             return surrogate
-        sd = np.sqrt(np.diag(chain.whitening.covariance))
+        sd = np.sqrt(np.diag(self.learned.whitening.covariance))
         welled = object.__new__(_Welled)
         welled.__dict__.update(surrogate.__dict__)
-        welled.well_centre, welled.well_scale = chain.whitening.mean + 3.0 * sd, 1.5 * sd
+        welled.well_centre, welled.well_scale = self.learned.whitening.mean + 3.0 * sd, 1.5 * sd
         welled.settings = settings
         return welled
 
@@ -410,7 +410,7 @@ def test_a_surrogate_with_a_spurious_well_is_refitted_tamer():
         step = _WelledSurrogateHMC()
         idata = pm.sample(step=step, **SAMPLE)
     assert {"min_alpha": 1e-6} in step.fit_settings
-    assert not isinstance(step.chain.surrogate, _Welled), "the well drove the draws"
+    assert not isinstance(step.learned.surrogate, _Welled), "the well drove the draws"
     assert_moments(idata, "x", mean, np.sqrt(np.diag(cov)))
 
 
@@ -433,13 +433,13 @@ def test_when_every_refit_has_a_well_the_first_fit_is_kept(cls, settings):
         pm.sample(step=step, **{**SAMPLE, "draws": 200})
     assert {"min_alpha": 1e-3} in step.fit_settings
     # the default fit follows the data best; a tamer one with the same well is no better
-    kept = step.chain.surrogate
+    kept = step.learned.surrogate
     assert kept.settings == {}
-    if step.chain.learner is not None:
+    if step.learned.learner is not None:
         # the online learner (the surrogate's partial_fit) continues the kept fit, not
         # another fit: the trajectories' surrogate is a copy of it
-        assert step.chain.learner.settings == {}
-        assert step.chain.learner.normal_equations_ is kept.normal_equations_
+        assert step.learned.learner.settings == {}
+        assert step.learned.learner.normal_equations_ is kept.normal_equations_
 
 
 def test_a_faithful_surrogate_is_not_refitted():
@@ -575,9 +575,9 @@ def test_a_black_box_draws_on_its_lowered_surrogate(use_gradient):
         step = SurrogateHMC(use_gradient=use_gradient)
         pm.sample(step=step, **{**SAMPLE, "chains": 1, "draws": 20, "tune": 500})
     chain = step.chain
-    assert chain.surrogate is not None
+    assert step.learned.surrogate is not None
     q = chain.current.q + 3.0 * np.sqrt(np.diag(cov))
-    unbounded = tempered(step.context.field(chain.surrogate), step.coverage.temperature)(q)[0]
+    unbounded = tempered(step.context.field(step.learned.surrogate), step.coverage.temperature)(q)[0]
     drawn = step._surrogate_field(chain)(q)[0]
     if use_gradient:
         assert step.draw_bound.bound is None and drawn == unbounded

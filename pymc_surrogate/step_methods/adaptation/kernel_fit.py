@@ -11,8 +11,10 @@ which the surrogate rises no faster than the model.
 from __future__ import annotations
 
 import copy
+from dataclasses import field
 
 import numpy as np
+from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
 from pymc_surrogate.surrogates.laplace import laplace_from_values, within_trust_region
@@ -36,6 +38,19 @@ UNJUDGED_TEMPERATURE = 1.5
 MAX_TEMPERATURE = 4.0
 
 
+@dataclass_state
+class KernelHistoryState(DataClassState):
+    """The chain's history the kernel learns from."""
+
+    states: list = field(default_factory=list)  # surrogate inputs (q, context) of the states
+    frozen_start: int | None = None  # first state of the draws' history (past the burn-in)
+    fit_end: int = 0  # states seen by the fit being made
+    learner_end: int = 0  # states the finite learner has absorbed
+    fitted_on: int = 0  # states the current surrogate was fitted to
+    updated: bool = False  # this iteration updated the surrogate
+    told_failure: bool = False
+
+
 class KernelFit(SurrogateFit):
     """KernelHMC's surrogate family: a kernel exponential family fitted by score matching to
     the chain's history (its states, not the model's values), judged against its Gaussian
@@ -43,19 +58,23 @@ class KernelFit(SurrogateFit):
 
     Parameters
     ----------
-    estimator, policy, context, dim, has_gradient
+    estimator, learned, policy, context, dim, has_gradient
         As ``SurrogateFit``.
     temperature : float or "auto"
         KernelHMC's ``temperature``.
+    adaptation_decay : float
+        The vanishing adaptation's ``a_t = t^-adaptation_decay`` (kmc §5).
     """
 
     weighted = False
+    _state_class = KernelHistoryState
 
-    def __init__(self, estimator, policy, context, dim: int, has_gradient: bool,
-                 temperature: float | str):
+    def __init__(self, estimator, learned, policy, context, dim: int, has_gradient: bool,
+                 temperature: float | str, adaptation_decay: float):
         # A compound step's block: score matching in the block's coordinates only (the
         # conditional's score), not in the other blocks' values.
-        super().__init__(estimator, policy, context, dim, has_gradient, settings={
+        self.adaptation_decay = adaptation_decay
+        super().__init__(estimator, learned, policy, context, dim, has_gradient, settings={
             "temperature": 1.0 if temperature == "auto" else temperature,
             "score_dims": dim if context.dim else None})
         self.temperature = temperature
@@ -63,29 +82,27 @@ class KernelFit(SurrogateFit):
         # values depend on the other variables.
         self.judged = not context.dim
 
-    def history(self, chain) -> np.ndarray:
+    def history(self) -> np.ndarray:
         """The states the surrogate learns from: the second half of tuning (past the
         initial transient), and in the draws every draw since."""
-        kernel = chain.kernel
-        start = kernel.frozen_start if kernel.frozen_start is not None else len(kernel.states) // 2
+        start = self.frozen_start if self.frozen_start is not None else len(self.states) // 2
         width = self.context.block_dim + self.context.dim
-        return np.array(kernel.states[start:], dtype=np.float64).reshape(-1, width)
+        return np.array(self.states[start:], dtype=np.float64).reshape(-1, width)
 
     def fit(self, chain, keep: np.ndarray, rng: np.random.Generator, **settings):
         """A new fit (sigma and lam by cross-validation where "auto") to the history, its
         base and its judgement by the model's values at the rows ``keep``."""
-        history = self.history(chain)
+        history, training = self.history(), self.learned.training
         dim = self.context.block_dim
         inputs, whitening = self.context.training_inputs(history[:, :dim], history[:, dim:])
-        judge = self.out_of_sample(chain.training, keep, history)
-        whitening = self.base(whitening, judge, chain.training)
+        judge = self.out_of_sample(training, keep, history)
+        whitening = self.base(whitening, judge, training)
         surrogate = self.new(whitening, rng.spawn(1)[0], **settings)
         # No check of the cross-validated score: it is relative to the Gaussian base, so a
         # fit that says nothing beyond it (score >= 0, the largest penalty) is that Gaussian,
         # a proper and usable surrogate, not a flat one.
         fitted = self.judge(surrogate.fit(inputs), judge)
-        chain.kernel.fit_end = len(chain.kernel.states)
-        chain.kernel.fitted_on = len(history)
+        self.fit_end, self.fitted_on = len(self.states), len(history)
         return fitted
 
     def min_points(self) -> int:
@@ -94,7 +111,7 @@ class KernelFit(SurrogateFit):
     def shortfall(self, chain, explore_steps: int) -> str | None:
         """The fit learns from distinct states, not evaluations: a stuck chain (every state
         the same) has none to learn from however long it tuned."""
-        distinct = len(np.unique(self.history(chain), axis=0))
+        distinct = len(np.unique(self.history(), axis=0))
         if distinct >= self.min_points():
             return None
         stuck = ("; the chain barely moved: check the model's logp near the initial point"
@@ -102,8 +119,65 @@ class KernelFit(SurrogateFit):
         return (f"{distinct} distinct states in the second half of tuning, fewer than the "
                 f"{self.min_points()} a fit needs{stuck}")
 
-    def use(self, chain, surrogate) -> None:
-        chain.kernel.learner_end = chain.kernel.fit_end
+    def use(self, surrogate) -> None:
+        self.learner_end = self.fit_end
+
+    # ------------------------------------------------ the history (kmc §5)
+    def freeze_history(self) -> None:
+        """Tuning ends: the draws' history starts past the burn-in."""
+        self.frozen_start = len(self.states) // 2
+
+    def reframe(self, to_new) -> None:
+        """The history in a new frame's coordinates (``to_new(q) -> q``)."""
+        if self.states:
+            self.states[:] = list(to_new(np.array(self.states)))
+
+    def after_iteration(self, q: np.ndarray, learns: bool, t: int, relevant,
+                        rng: np.random.Generator) -> None:
+        """The chain's new state ``q`` (with the other blocks' values) into the history
+        where it ``learns``; then the vanishing adaptation (kmc §5): with probability
+        ``a_t``, ``t`` the iterations since the first fit, Algorithm 1's steps 1-4 — the
+        same sigma, lam and whitening, more states (the finite form absorbs them online),
+        checked at the state and judged on the tune's values (``relevant()``: the energy
+        window's rows). Raises the numerical errors of a failed update."""
+        self.updated = False
+        if not learns:
+            return
+        self.states.append(self.context.join(q).astype(np.float64, copy=True))
+        learned = self.learned
+        if learned.surrogate is None:
+            return
+        if t <= 0 or rng.uniform() >= t ** (-self.adaptation_decay):
+            return
+        if self.policy.online:
+            learner = learned.learner
+            if learner is None:
+                return
+            if self.learner_end < len(self.states):
+                learner.partial_fit(np.array(self.states[self.learner_end:]))
+                self.learner_end = len(self.states)
+            candidate = learner.snapshot()
+            fitted_on = candidate.n_samples_seen_
+        else:
+            current, history = learned.surrogate, self.history()
+            candidate = self.new(current.whitening_, rng.spawn(1)[0], sigma=current.sigma_,
+                                 lam=current.lam_).fit(history)
+            fitted_on = len(history)
+        candidate = self.judge(candidate, self.out_of_sample(learned.training, relevant(),
+                                                             self.history()))
+        value, grad = self.context.field(candidate)(q)
+        if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+            raise FloatingPointError("the updated surrogate is not finite")
+        learned.adopt(candidate)
+        self.fitted_on, self.updated = fitted_on, True
+
+    def adaptation_failed(self) -> bool:
+        """A failed update: the finite learner is set aside; True the first time (to tell)."""
+        if self.policy.online:
+            self.learned.stop_learning()
+        self.learned.failed()
+        first, self.told_failure = not self.told_failure, True
+        return first
 
     def judge(self, surrogate, judge: tuple):
         """``surrogate``, or its Gaussian base alone if ``f`` follows the model worse;

@@ -11,7 +11,6 @@ sense of an ``(init, update, final)`` triple: ``update`` after each tuning itera
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -48,6 +47,9 @@ class Refits:
     ----------
     fit : SurrogateFit
         The step's surrogate family: how a fit is made, and what it needs.
+    learned : LearnedSurrogate
+        The chain's training data, tuning states and surrogate (where a refit's new
+        surrogate and scale go).
     schedule : RefitSchedule
         When the chain refits (the part that owns the schedule's state).
     policy : TrainingPolicy
@@ -72,9 +74,10 @@ class Refits:
         The warm-up's iterations before a first fit.
     """
 
-    def __init__(self, fit, schedule, policy, tuning, dim: int, context, kernel,
+    def __init__(self, fit, learned, schedule, policy, tuning, dim: int, context, kernel,
                  mass_matrix, coverage, exploration, sharing, explore_steps: int):
         self.fit = fit
+        self.learned = learned
         self.schedule = schedule
         self.policy = policy
         self.tuning = tuning
@@ -88,15 +91,12 @@ class Refits:
         self.explore_steps = explore_steps
 
     # ------------------------------------------------------------- the data
-    def late_states(self, chain: ChainState) -> tuple[np.ndarray, np.ndarray]:
-        """The second half of the tuning states (past the initial transient) and their
-        true potentials (NaN after a move on the surrogate alone, ``surrogate_tuning.py``): the
-        chain's posterior sample for scales and checks."""
-        start = len(chain.positions) // 2
-        positions = np.array(chain.positions[start:]).reshape(-1, self.dim)
-        return positions, np.array(chain.position_potentials[start:])
+    def late_states(self) -> tuple[np.ndarray, np.ndarray]:
+        """The second half of the tuning states and their true potentials (NaN after a
+        move on the surrogate alone, ``surrogate_tuning.py``; ``LearnedSurrogate``)."""
+        return self.learned.late_states()
 
-    def relevant(self, chain: ChainState) -> np.ndarray:
+    def relevant(self) -> np.ndarray:
         """Indices of the training points a fit learns from: within the energy window
         above the lowest of them, none deeper than ``TrainingPolicy.mode_depth`` below the
         chain's lowest late tuning state.
@@ -107,10 +107,10 @@ class Refits:
         states lay at 28-40; the d = 10 funnel: 3 of 717-2365, and every fit failed).
         """
         window = self.policy.energy_window(self.dim)
-        states = self.late_states(chain)[1]
+        states = self.late_states()[1]
         states = states[np.isfinite(states)]
         floor = float(states.min()) - self.policy.mode_depth(self.dim) if states.size else -np.inf
-        return chain.training.relevant(window, floor)
+        return self.learned.training.relevant(window, floor)
 
     def suggested_tune(self) -> int:
         """Tuning iterations after which a surrogate is usually fitted and refined."""
@@ -137,7 +137,7 @@ class Refits:
         a surrogate that stopped moving the chain."""
         chain = access.chain
         tempered = self.coverage.tempers_tuning
-        if chain.surrogate is None:
+        if self.learned.surrogate is None:
             if self.enough_data(access) and self.schedule.due(chain.iteration, tempered):
                 access.refit()
             return
@@ -155,7 +155,7 @@ class Refits:
     def final(self, access: RefitAccess) -> bool:
         """The fit on all tuning data when tuning ends; False if the draws have no surrogate."""
         chain, warn = access.chain, access.warn
-        if chain.surrogate is None and not self.enough_data(access):
+        if self.learned.surrogate is None and not self.enough_data(access):
             self.exploration.freeze(access.model_access(), access.rng)
             short = self._data_shortfall(chain)
             warn(
@@ -168,12 +168,12 @@ class Refits:
             return False
         stuck = self.exploration.paused or self.exploration.stuck()
         access.refit()
-        if chain.surrogate is None:
+        if self.learned.surrogate is None:
             self.exploration.freeze(access.model_access(), access.rng)
             warn(
                 WarningType.BAD_PARAMS,
                 f"no surrogate fit succeeded in a chain's {chain.iteration} tuning iterations "
-                f"({len(chain.training)} training points; last failure: "
+                f"({len(self.learned.training)} training points; last failure: "
                 f"{self.schedule.last_error}). Its draws use the exact exploration kernel instead "
                 "(stat `fallback`): correct, but it mixes slower and costs more model "
                 "evaluations. Increase `tune`, or check that the model's logp is smooth and "
@@ -213,31 +213,30 @@ class Refits:
         kernel, the stat ``failed_fits`` counts it, and the next one is tried on the
         refit schedule. It never ends the run.
         """
-        chain = access.chain
-        kept = (chain.surrogate, chain.learner, self.kernel.snapshot(), chain.whitening,
-                self.coverage.sampling_state)
+        chain, learned = access.chain, self.learned
+        kept = (learned.snapshot(), self.kernel.snapshot(), self.coverage.sampling_state)
         access.read_shared()
         try:
-            chain.whitening = self._posterior_scale(chain, dense=True)
-            states = self.late_states(chain)[0]
-            chain_scale = (chain.whitening
+            learned.use_scale(self._posterior_scale(dense=True))
+            states = self.late_states()[0]
+            chain_scale = (learned.whitening
                            if self.fit.dense_at_first(self.mass_matrix, self.exploration.probe,
                                                       states)
-                           else self._posterior_scale(chain, dense=False))
+                           else self._posterior_scale(dense=False))
             self._use_metric(chain_scale, access.rng)
             surrogate = self._fit(access)
             surrogate, warm_up = self._without_spurious_well(access, chain_scale, surrogate)
-            first = chain.surrogate is None
-            self.use_surrogate(chain, surrogate)
+            first = learned.surrogate is None
+            self.use_surrogate(surrogate)
             self.choose_coverage(access)
             self._adapt_to_surrogate(access, chain_scale, warm_up)
             access.adapted(chain_scale)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-            (chain.surrogate, chain.learner, kernel, chain.whitening,
-             self.coverage.sampling_state) = kept
-            self.kernel.restore(kernel)
+            learned.restore(kept[0])
+            self.kernel.restore(kept[1])
+            self.coverage.sampling_state = kept[2]
             # Try again on the refit schedule, not at every iteration.
-            chain.counts.failed_fits += 1
+            learned.failed()
             self.schedule.failed(chain.iteration, err)
             if access.tune:  # stop_tuning reports the outcome of the final fit
                 access.warn(
@@ -249,48 +248,38 @@ class Refits:
             return
         self.schedule.fitted(chain.iteration, first)
         if first:  # exploration's kernel, kept for the fallback
-            self.exploration.keep_exact_kernel(*kept[2][:2])
+            self.exploration.keep_exact_kernel(*kept[1][:2])
         self.exploration.resume()
-        chain.counts.fits += 1
+        learned.fitted()
 
     def _fit(self, access: RefitAccess, **settings) -> Any:
         """A new fit of the step's family to the training points near the typical set."""
-        chain = access.chain
-        keep = self.relevant(chain)
+        keep = self.relevant()
         if self.fit.weighted:
-            self.schedule.weight_reference = float(np.min(chain.training.potentials[keep]))
-        return self.fit.fit(chain, keep, access.rng, **settings)
+            self.schedule.weight_reference = float(np.min(self.learned.training.potentials[keep]))
+        return self.fit.fit(access.chain, keep, access.rng, **settings)
 
-    def _posterior_scale(self, chain: ChainState, dense: bool) -> Whitening:
+    def _posterior_scale(self, dense: bool) -> Whitening:
         return self.fit.posterior_scale(
-            self.late_states(chain)[0],
-            lambda: chain.training.positions[self.relevant(chain)], dense)
+            self.late_states()[0],
+            lambda: self.learned.training.positions[self.relevant()], dense)
 
     def _use_metric(self, scale: Whitening, rng: np.random.Generator) -> None:
         """The surrogate trajectories' mass matrix: the covariance of ``scale``."""
         self.kernel.use(metric=self.mass_matrix.metric(scale, rng.spawn(1)[0]))
 
-    def use_surrogate(self, chain: ChainState, surrogate) -> None:
-        """Make ``surrogate`` the chain's.
-
-        An online policy keeps the fit as the chain's learner (``partial_fit``) and runs
-        the trajectories on a fixed copy: the surrogate must not change within a
-        transition, and a new one is swapped in only by the diminishing adaptation.
-        """
-        if self.policy.online:
-            chain.learner = surrogate
-            surrogate = copy.copy(surrogate)
-        chain.surrogate = surrogate
+    def use_surrogate(self, surrogate) -> None:
+        """Make ``surrogate`` the chain's (an online policy's learner: ``LearnedSurrogate.use``)."""
+        self.learned.use(surrogate, self.policy.online)
         self.kernel.new_surrogate()
-        self.fit.use(chain, surrogate)
+        self.fit.use(self.learned.surrogate)
 
     def choose_coverage(self, access: RefitAccess) -> None:
         """The temperature of the surrogate just fitted (no model evaluation)."""
-        chain = access.chain
-        keep = self.relevant(chain)
+        keep, training = self.relevant(), self.learned.training
         message = self.coverage.choose(
-            self.context.field(chain.surrogate), chain.training.positions[keep],
-            chain.training.potentials[keep], access.tune,
+            self.context.field(self.learned.surrogate), training.positions[keep],
+            training.potentials[keep], access.tune,
         )
         if message:
             access.warn(WarningType.CONVERGENCE, message)
@@ -301,7 +290,7 @@ class Refits:
         no model evaluation."""
         field = access.field()
         step = self.mass_matrix.adapt(
-            warm_up, chain_scale, self.late_states(access.chain)[0],
+            warm_up, chain_scale, self.late_states()[0],
             sample=lambda step_size, n: self._warm_up(access, chain_scale, field, step_size, n),
             use=lambda scale: self._use_metric(scale, access.rng),
             frame=self.fit.scale_frame(),
@@ -342,7 +331,7 @@ class Refits:
             )
             # (a gradient-only fit has no absolute level to compare with the data's)
             if not getattr(candidate, "has_level", True) or not self._in_spurious_well(
-                access.chain, warm_up.potentials
+                warm_up.potentials
             ):
                 return candidate, warm_up
             first = first or (candidate, warm_up)
@@ -356,7 +345,7 @@ class Refits:
             except (np.linalg.LinAlgError, ValueError):
                 continue
 
-    def _in_spurious_well(self, chain: ChainState, potentials: np.ndarray) -> bool:
+    def _in_spurious_well(self, potentials: np.ndarray) -> bool:
         """Whether surrogate draws (their surrogate ``potentials``) lie far below every
         potential ever evaluated.
 
@@ -370,7 +359,7 @@ class Refits:
         head for the well and are rejected, and the regions around go unvisited.
         """
         margin = 5.0 + 2.0 * np.sqrt(self.dim)  # how far below the data a draw may go
-        floor = float(np.min(chain.training.potentials)) - margin
+        floor = float(np.min(self.learned.training.potentials)) - margin
         return bool(np.min(potentials, initial=np.inf) < floor)
 
     # ------------------------------------------------------ online learners
@@ -379,9 +368,8 @@ class Refits:
         until the next batch fit (recursive least squares can lose positive definiteness
         on an ill-conditioned basis: 20-d linear inverse problem, condition number 2e8).
         Shared by the online learners (AdaptiveSurrogateHMC, VariationalHMC)."""
-        chain = access.chain
-        chain.learner = None
-        chain.counts.failed_fits += 1
+        self.learned.stop_learning()
+        self.learned.failed()
         access.warn(
             WarningType.BAD_PARAMS,
             f"an online update of the surrogate failed numerically ({err}); keeping the last "

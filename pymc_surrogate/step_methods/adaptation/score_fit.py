@@ -1,15 +1,18 @@
 """``ScoreFit``: VariationalHMC's surrogate family, a score network with a Laplace term.
 
-The network learns the model's gradients (vhmc §3.2-3.3); its Laplace regulariser
-(§3.4) is a Gaussian at the mode, from the exploration's Newton probe or, where that
-failed, the tuning states.
+The network learns the model's gradients (vhmc §3.2-3.3), in batch refits and online, one
+gradient at a time, until the stopping time (Algorithm 2); its Laplace regulariser (§3.4)
+is a Gaussian at the mode, from the exploration's Newton probe or, where that failed, the
+tuning states.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from pymc.stats.convergence import WarningType
+from pymc.step_methods.state import DataClassState, dataclass_state
 
+from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.score_network import FULL_QUADRATIC_DIM, LaplaceTerm
@@ -17,14 +20,31 @@ from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky
 
 __all__ = ["ScoreFit"]
 
+#: Weight of the newest point in the running score error (about the last 20 points).
+SCORE_ERROR_SMOOTHING = 0.05
+#: Online updates before ``stop_error`` may stop the learning.
+MIN_UPDATES = 20
+
+
+@dataclass_state
+class OnlineScoreState(DataClassState):
+    stopped: bool = False  # the stopping time t0 has passed: the surrogate is fixed
+    score_error: float = np.nan  # running relative score error of points before learning them
+    updates: int = 0  # gradients learnt online
+    laplace_fallback: bool = False  # the Laplace term is the tuning covariance (told once)
+
 
 class ScoreFit(SurrogateFit):
     """A score network fitted to the gradients near the typical set, with a Laplace term.
 
     Parameters
     ----------
-    estimator, policy, context, dim, has_gradient
+    estimator, learned, policy, context, dim, has_gradient
         As ``SurrogateFit``.
+    t0 : "tune" or int
+        The stopping time of the online learning (VariationalHMC's ``t0``).
+    stop_error : float or None
+        Learning also stops once the running score error is below it.
     exploration : Exploration
         Its Newton probe (mode and inverse Hessian) gives the Laplace term.
     frame : Frame
@@ -34,9 +54,12 @@ class ScoreFit(SurrogateFit):
         Where the note that the tuning states stand in for the probe goes.
     """
 
-    def __init__(self, estimator, policy, context, dim: int, has_gradient: bool,
-                 exploration, frame, health):
-        super().__init__(estimator, policy, context, dim, has_gradient)
+    _state_class = OnlineScoreState
+
+    def __init__(self, estimator, learned, policy, context, dim: int, has_gradient: bool,
+                 t0: int | str, stop_error: float | None, exploration, frame, health):
+        super().__init__(estimator, learned, policy, context, dim, has_gradient)
+        self.t0, self.stop_error = t0, stop_error
         self.exploration = exploration
         self.frame = frame
         self.health = health
@@ -72,11 +95,11 @@ class ScoreFit(SurrogateFit):
                     return LaplaceTerm(np.asarray(probe.mean, dtype=np.float64), precision)
             except (np.linalg.LinAlgError, ValueError):
                 pass
-        scale = chain.whitening
+        scale = self.learned.whitening
         if scale is None:
             return None
-        if not chain.online.laplace_fallback:
-            chain.online.laplace_fallback = True
+        if not self.laplace_fallback:
+            self.laplace_fallback = True
             # A debug record, not a warning: on the black-box banana it came with every
             # chain of every seed (the climb stops at the saddle between the arms), while
             # the draws were right at 9 of 10 seeds (benchmarks/banana_coverage.py).
@@ -90,6 +113,49 @@ class ScoreFit(SurrogateFit):
         inv_chol = Whitening(scale.mean[: self.dim], scale.chol[: self.dim, : self.dim]
                              if scale.dense else scale.chol[: self.dim]).inverse_chol()
         return LaplaceTerm(scale.mean[: self.dim].copy(), inv_chol.T @ inv_chol)
+
+
+    # ------------------------------------------------------------ online learning
+    @property
+    def learning(self) -> bool:
+        """Whether the online updates go on (a learner, before the stopping time)."""
+        return not self.stopped and self.learned.learner is not None
+
+    def learn(self, point: ChainPoint, weight_reference: float) -> None:
+        """One gradient into the learner (vhmc Proposition 1), if it lies in the energy
+        window; the running score error measured on it first, before it is learnt (a
+        held-out error). Raises the numerical errors of a broken update."""
+        learner = self.learned.learner
+        if not self.learning or point.grad is None:
+            return
+        lowest = float(np.min(self.learned.training.potentials))
+        if point.potential > lowest + self.policy.energy_window(self.dim):
+            return
+        weight = self.policy.weights(point.potential, weight_reference, self.dim)
+        position = self.context.join(point.q)[None]
+        error = learner.score_error(position, point.grad[None])
+        self.score_error = error if np.isnan(self.score_error) else (
+            (1 - SCORE_ERROR_SMOOTHING) * self.score_error + SCORE_ERROR_SMOOTHING * error)
+        learner.partial_fit(position, gradients=point.grad[None],
+                            sample_weight=np.array([weight]))
+        if not learner.is_finite_:
+            raise FloatingPointError("the updated weights are not finite")
+        self.updates += 1
+
+    def follow(self, iteration: int) -> None:
+        """In tuning, the trajectories switch to the weights learnt so far (Algorithm 2)
+        until the stopping time, or until the score error is below ``stop_error``."""
+        learned = self.learned
+        if self.stopped or learned.surrogate is None:
+            return
+        if learned.learner is not None:
+            learned.adopt(learned.learner.snapshot())
+        stop_at = self.t0 if self.t0 != "tune" else np.inf
+        converged = (self.stop_error is not None and self.updates >= MIN_UPDATES
+                     and self.score_error < self.stop_error)
+        if iteration + 1 >= stop_at or converged:
+            self.stopped = True
+            learned.stop_learning()
 
 
 def _laplace_whitening(laplace: LaplaceTerm, fallback: Whitening) -> Whitening:

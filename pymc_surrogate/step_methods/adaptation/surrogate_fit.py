@@ -15,9 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from pymc.step_methods.state import DataClassState, dataclass_state
 
+from pymc_surrogate.step_methods.adaptation.learned_surrogate import LearnedSurrogate
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.evaluation.block_context import BlockContext
+from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.base import with_params
 from pymc_surrogate.surrogates.whitening import Whitening
@@ -25,7 +28,12 @@ from pymc_surrogate.surrogates.whitening import Whitening
 __all__ = ["SurrogateFit"]
 
 
-class SurrogateFit:
+@dataclass_state
+class SurrogateFitState(DataClassState):
+    """A family's own chain state (none for the regressions)."""
+
+
+class SurrogateFit(ChainPart):
     """A regression of the potential on the training data near the typical set, weighted.
 
     Parameters
@@ -33,6 +41,8 @@ class SurrogateFit:
     estimator : Surrogate
         The step's ``surrogate=`` (unfitted): each fit is a copy with its settings, in the
         chain's whitening and with a random stream of its own.
+    learned : LearnedSurrogate
+        The chain's training data and surrogate (the part the fits learn from).
     policy : TrainingPolicy
         What the step learns from and how the training points are weighted.
     context : BlockContext
@@ -48,10 +58,14 @@ class SurrogateFit:
         fit's own draws fall into a spurious well (``refit.py``), tamest last.
     """
 
-    def __init__(self, estimator: Any, policy: TrainingPolicy, context: BlockContext,
-                 dim: int, has_gradient: bool, settings: dict | None = None,
-                 tamer_settings: tuple[dict, ...] = ()):
+    _state_class = SurrogateFitState
+
+    def __init__(self, estimator: Any, learned: LearnedSurrogate, policy: TrainingPolicy,
+                 context: BlockContext, dim: int, has_gradient: bool,
+                 settings: dict | None = None, tamer_settings: tuple[dict, ...] = ()):
+        self.reset()
         self.estimator = estimator
+        self.learned = learned
         self.policy = policy
         self.context = context
         self.dim = dim
@@ -72,7 +86,7 @@ class SurrogateFit:
             **settings) -> Any:
         """A new fit to the training rows ``keep``, weighted by their potentials relative
         to the lowest of them."""
-        training = chain.training
+        training = self.learned.training
         inputs, whitening = self.context.training_inputs(training.positions[keep],
                                                          training.contexts[keep])
         surrogate = self.new(whitening, rng.spawn(1)[0], **settings)
@@ -87,12 +101,12 @@ class SurrogateFit:
 
     def shortfall(self, chain: ChainState, explore_steps: int) -> str | None:
         """Too little to learn from, said in what the family learns from (None: enough)."""
-        if len(chain.training) >= self.min_points():
+        if len(self.learned.training) >= self.min_points():
             return None
-        return (f"{len(chain.training)} training points, fewer than the {self.min_points()} "
+        return (f"{len(self.learned.training)} training points, fewer than the {self.min_points()} "
                 "a fit needs")
 
-    def use(self, chain: ChainState, surrogate: Any) -> None:
+    def use(self, surrogate: Any) -> None:
         """Hook: ``surrogate`` has become the chain's."""
 
     # --------------------------------------------------------------- the scale

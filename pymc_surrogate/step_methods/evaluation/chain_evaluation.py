@@ -40,6 +40,8 @@ class ChainEvaluation:
         A compound step's other blocks' values, stored with each row.
     policy : TrainingPolicy
         Whether an evaluation is training data.
+    learned : LearnedSurrogate
+        The chain's training data (and the scale far proposals are measured in).
     owner : str
         The step's class name, for messages.
     on_evaluation : callable
@@ -47,8 +49,9 @@ class ChainEvaluation:
     """
 
     def __init__(self, evaluator, functions, model, vars, far, sharing, frame, context,
-                 policy, owner: str, on_evaluation: Callable):
+                 policy, learned, owner: str, on_evaluation: Callable):
         self.evaluator = evaluator
+        self.learned = learned
         self.functions = functions
         self.model, self.vars = model, vars
         self.far = far
@@ -71,7 +74,7 @@ class ChainEvaluation:
         is False: a diagnostic evaluation, e.g. the heavy-tail check's); ``retry``: the
         chain's state, where a raise is tried once more (``evaluator.py``)."""
         if count_far and not retry:
-            self.far.check(q, chain.training.positions, chain.whitening)
+            self.far.check(q, self.learned.training.positions, self.learned.whitening)
         point = self.evaluator.evaluate(chain, q, with_grad, tune, retry=retry)
         self.keep(chain, point, record)
         return point
@@ -82,13 +85,13 @@ class ChainEvaluation:
         ``executor``, counted and kept as ``evaluate`` keeps one."""
         points = np.array([self.functions.representable(q) for q in points])
         for q in points:
-            self.far.check(q, chain.training.positions, chain.whitening)
+            self.far.check(q, self.learned.training.positions, self.learned.whitening)
         if self._node_logp is None:
             self._node_logp = _NodeLogp.from_model(self.model, self.vars, self.owner)
         result = evaluate_logp(points, self.functions, self.model, self.vars,
                                executor=executor, progressbar=False, owner=self.owner,
                                node_logp=self._node_logp)
-        chain.counts.logp_evals += points.shape[0]
+        self.evaluator.count_batch(points.shape[0])
         # A row that failed twice, NaN or +inf: a rejection there (evaluator.py)
         out = self.evaluator.from_batch(chain, points, result.logp, result.errors, tune)
         for point in out:
@@ -102,5 +105,5 @@ class ChainEvaluation:
         self.sharing.record(self.frame.stored(point),
                             self.context.values() if self.context.dim else None)
         if record and self.policy.records(chain.frozen):
-            chain.training.append(point.q, point.potential, point.grad, self.context.values())
+            self.learned.training.append(point.q, point.potential, point.grad, self.context.values())
             self.on_evaluation(chain, point)

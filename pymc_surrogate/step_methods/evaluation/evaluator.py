@@ -45,9 +45,19 @@ class FailureLog:
     first_in_a_row: tuple | None = None  # the first of them: (where and why, traceback text)
 
 
+@dataclass
+class EvaluationCounts:
+    """What the chain's model evaluations have cost (stats)."""
+
+    logp_evals: int = 0
+    grad_evals: int = 0
+    eval_failures: int = 0  # evaluations that raised or gave NaN / +inf (rejections)
+
+
 @dataclass_state
 class EvaluatorState(DataClassState):
     failures: FailureLog = field(default_factory=FailureLog)  # the chain's failed evaluations
+    counts: EvaluationCounts = field(default_factory=EvaluationCounts)
 
 
 class ModelFailure(Exception):
@@ -56,7 +66,8 @@ class ModelFailure(Exception):
 
 class Evaluator(ChainPart):
     """Evaluates the step's block of the true model and maps its failures to clear errors
-    (a part of the step: it owns the chain's ``failures``, a ``FailureLog``).
+    (a part of the step: it owns the chain's ``failures``, a ``FailureLog``, and
+    ``counts``, its evaluations' ``EvaluationCounts``).
 
     Parameters
     ----------
@@ -81,6 +92,10 @@ class Evaluator(ChainPart):
         #: ``check_start``'s error when it was the chain's state.
         self._last_failure = None
 
+    def count_batch(self, n: int) -> None:
+        """``n`` model calls made at once on an executor (``ChainEvaluation.evaluate_batch``)."""
+        self.counts.logp_evals += n
+
     def key(self, q: np.ndarray) -> bytes:
         """Cache key of ``q``: inside a CompoundStep other blocks change between our steps,
         so a cached logp is only valid for the same q *and* the same values of the rest."""
@@ -104,8 +119,8 @@ class Evaluator(ChainPart):
         try:
             if with_grad:
                 logp, grad = self.functions.logp_and_grad(q)
-                chain.counts.grad_evals += 1
-                chain.counts.logp_evals += self.functions.extra_logp_per_gradient
+                self.counts.grad_evals += 1
+                self.counts.logp_evals += self.functions.extra_logp_per_gradient
                 potential, grad_u = -logp, -grad
             else:
                 logp = self.functions.logp(q)
@@ -118,15 +133,15 @@ class Evaluator(ChainPart):
             # dask.distributed does it) a worker process pickles the whole cause chain; an
             # Op that does not pickle then turned our message into "Connection reset by
             # peer" under cores > 1.
-            chain.counts.logp_evals += 1
-            chain.counts.grad_evals += int(with_grad)
+            self.counts.logp_evals += 1
+            self.counts.grad_evals += int(with_grad)
             if retry:
-                chain.counts.eval_failures += 1
+                self.counts.eval_failures += 1
                 return self.evaluate(chain, q, with_grad, tune)
             return self.reject(chain, q, with_grad, tune, RAISED,
                                f"{type(err).__name__}: {err}",
                                "".join(traceback.format_exception(err)))
-        chain.counts.logp_evals += 1
+        self.counts.logp_evals += 1
         if potential == -np.inf:
             return self.reject(chain, q, with_grad, tune, INFINITE_LOGP,
                                "an infinite density, which cannot be sampled: make the "
@@ -152,7 +167,7 @@ class Evaluator(ChainPart):
         phase = "tune" if tune else "draw"
         where = f"sampler iteration {chain.iteration} ({phase} phase) at {self.describe(q)}"
         self._last_failure = (q.tobytes(), kind, where, message, cause)
-        chain.counts.eval_failures += 1
+        self.counts.eval_failures += 1
         log = self.failures
         log.in_a_row += 1
         log.raised += kind == RAISED
@@ -203,14 +218,14 @@ class Evaluator(ChainPart):
         """The model gave a value (finite, or -inf: outside the support)."""
         log = self.failures
         log.in_a_row, log.first_in_a_row = 0, None
-        if chain.counts.logp_evals >= log.next_check:
+        if self.counts.logp_evals >= log.next_check:
             self._judge(chain)
 
     def _judge(self, chain) -> None:
         """Warn once when failures are frequent: more than ``FREQUENT_SHARE`` of the chain's
         evaluations, judged at ``FREQUENT_AFTER`` evaluations and each doubling after (a few
         looks, so a model failing one call in 50 is not flagged by chance)."""
-        log, counts = self.failures, chain.counts
+        log, counts = self.failures, self.counts
         if log.frequent_told or counts.logp_evals < log.next_check:
             return
         while log.next_check <= counts.logp_evals:

@@ -23,7 +23,7 @@ class GridFit(SurrogateFit):
 
     Parameters
     ----------
-    estimator, policy, context, dim, has_gradient
+    estimator, learned, policy, context, dim, has_gradient
         As ``SurrogateFit``.
     field : callable
         ``(chain, model_outside) -> field``: the grid's field; the metric and step size
@@ -32,9 +32,9 @@ class GridFit(SurrogateFit):
 
     weighted = False
 
-    def __init__(self, estimator, policy, context, dim: int, has_gradient: bool,
+    def __init__(self, estimator, learned, policy, context, dim: int, has_gradient: bool,
                  field: Callable):
-        super().__init__(estimator, policy, context, dim, has_gradient)
+        super().__init__(estimator, learned, policy, context, dim, has_gradient)
         self.field = field
         self.precompute = None  # the step's GridPrecompute, set once the step has made it
 

@@ -47,11 +47,10 @@ def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> Coverage:
         step = with_tuning(SurrogateHMC, coverage=True)()
     chain = step.chain
     for q in 1.5 * rng.standard_normal((1000, 2)):
-        chain.training.append(q, 0.5 * q @ q, None)
+        step.learned.training.append(q, 0.5 * q @ q, None)
     for q in rng.standard_normal((1000, 2)):
-        chain.positions.append(q)
-        chain.position_potentials.append(0.5 * q @ q)
-    chain.surrogate = _Gaussian(sd, wiggle)
+        step.learned.add_state(q, 0.5 * q @ q)
+    step.learned.use(_Gaussian(sd, wiggle), online=False)
     step.refits.choose_coverage(step._refit_access(chain))
     return step.coverage
 

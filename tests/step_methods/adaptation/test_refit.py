@@ -26,19 +26,18 @@ def test_fit_learns_from_where_the_chain_is_not_from_a_funnels_neck():
     start = step._evaluate(chain, np.r_[2.0, np.ones(9)], with_grad=True)
     climb_to_mode(start, lambda q: step._evaluate(chain, q, with_grad=True),
                   lambda q: step.evaluator.evaluate(chain, q, True, True), step.tuning)
-    assert chain.training.potentials.min() < -50  # the climb did reach the neck
+    assert step.learned.training.potentials.min() < -50  # the climb did reach the neck
 
     rng = np.random.default_rng(0)
     v_draws = rng.normal(0.0, 3.0, 300)
     draws = np.column_stack([v_draws, rng.normal(size=(300, 9)) * np.exp(v_draws / 2)[:, None]])
-    first_draw = len(chain.training)
+    first_draw = len(step.learned.training)
     for q in draws:
         point = step._evaluate(chain, q, with_grad=True)
-        chain.positions.append(point.q)
-        chain.position_potentials.append(point.potential)
+        step.learned.add_state(point.q, point.potential)
 
-    keep = step.refits.relevant(chain)
+    keep = step.refits.relevant()
     kept_draws = np.mean(np.isin(np.arange(first_draw, first_draw + 300), keep))
     assert kept_draws >= 0.75, kept_draws
-    floor = step.refits.late_states(chain)[1].min() - step.policy.mode_depth(step.dim)
-    assert chain.training.potentials[keep].min() >= floor
+    floor = step.refits.late_states()[1].min() - step.policy.mode_depth(step.dim)
+    assert step.learned.training.potentials[keep].min() >= floor

@@ -49,10 +49,10 @@ def _climb(model, start=None):
         point = model.initial_point()
         start = np.concatenate([np.ravel(point[v.name]) for v in step.vars])
     first = step._evaluate(chain, np.asarray(start, dtype=float), with_grad=True)
-    before = chain.counts.grad_evals
+    before = step.evaluator.counts.grad_evals
     end = climb_to_mode(first, lambda q: step._evaluate(chain, q, with_grad=True),
                         lambda q: step.evaluator.evaluate(chain, q, True, True), step.tuning)[0]
-    return end, chain.counts.grad_evals - before
+    return end, step.evaluator.counts.grad_evals - before
 
 
 def test_climb_stays_out_of_a_centred_hierarchys_neck():
