@@ -110,6 +110,9 @@ class SurrogateStep(ArrayStepShared):
     #: acceptance, which the exploration (``exploration.py``) and the chain health checks
     #: (``health/chain_health.py``) then allow for.
     pseudo_marginal = False
+    #: The draws are corrected with the true logp (False: a step's approximate mode, whose
+    #: draws evaluate no model).
+    exact = True
     #: The surrogate learns from gradients (VariationalHMC): ``use_gradient`` may then be
     #: "finite_difference", and a model without a gradient needs it.
     learns_from_gradients = False
@@ -121,7 +124,7 @@ class SurrogateStep(ArrayStepShared):
     def __init__(
         self, vars=None, *, surrogate=None, kernel: HMCKernel | None = None,
         warmup: WarmUp | None = None, target_accept: float = 0.8,
-        tail_jumps: float | str = "auto", use_gradient: bool | str = "auto", store=None,
+        use_gradient: bool | str = "auto", store=None,
         executor=None, frame="auto", model=None, blocked: bool = True, rng=None,
         initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,
     ):
@@ -136,7 +139,7 @@ class SurrogateStep(ArrayStepShared):
                                            self.default_surrogate(), owner, kwargs)
         kernel = part_setting(kernel, HMCKernel, self.default_kernel, owner, "kernel", kwargs)
         warmup = part_setting(warmup, WarmUp, WarmUp(), owner, "warmup", kwargs)
-        check_settings(owner, kwargs, target_accept, tail_jumps)
+        check_settings(owner, kwargs, target_accept)
         self.check_kernel(kernel)
         self.kernel_settings = kernel
         self._model = model
@@ -154,6 +157,11 @@ class SurrogateStep(ArrayStepShared):
         self.mass_matrix = MassMatrix(self.tuning, kernel.dense_mass, self.dim)
         self.far = FarProposals(self.dim, self.tuning.far_sd)
         self.target_accept = target_accept
+        tail_jumps = kernel.tail_jumps
+        if not self.exact:  # every draw a surrogate move: no model evaluation to jump with
+            tail_jumps = 0
+        elif self.pseudo_marginal and tail_jumps == "auto":  # the check judges noisy values
+            tail_jumps = 0
         self.tails = TailJumps(tail_jumps, self.dim, self.tuning)
         self.kernel = SurrogateKernel(kernel.correction, kernel.n_inner, kernel.path_length,
                                       target_accept, kernel.max_energy_error, self.tuning)

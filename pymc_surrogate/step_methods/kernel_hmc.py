@@ -99,7 +99,7 @@ class KernelHMC(SurrogateStep):
         whole model one evaluation at a time (the kernel fits the states where a curved
         posterior is close to a Gaussian), else "affine".
     **kwargs
-        ``warmup``, ``target_accept``, ``tail_jumps``, ``store``, ``executor``, ``model``,
+        ``warmup``, ``target_accept``, ``store``, ``executor``, ``model``,
         ``rng``, ``initial_point``, ``compile_kwargs``, ``blocked`` as ``SurrogateHMC``.
 
     Notes
@@ -125,8 +125,8 @@ class KernelHMC(SurrogateStep):
       likelihood estimate); the estimate at the current state is kept with it and used in
       every later acceptance until a proposal is accepted, so the chain is exact for the
       posterior of the exact likelihood. The same holds for the surrogate transition (the
-      inner kernel does not use the estimate) and for explicit ``tail_jumps`` (an
-      independence proposal). Nothing re-evaluates the current state: the cached logp is
+      inner kernel does not use the estimate) and for explicit tail jumps
+      (``HMCKernel(tail_jumps=...)``, an independence proposal). Nothing re-evaluates the current state: the cached logp is
       keyed by the position and the values of every variable outside the step's block.
       Inside a ``CompoundStep`` whose other steps change variables the estimate depends
       on, that key changes and the estimate is recomputed at the new values (it has to:
@@ -220,9 +220,6 @@ class KernelHMC(SurrogateStep):
             raise ValueError(
                 f"temperature must be 'auto' or a finite number >= 1; got {temperature!r}.")
         self.temperature = temperature if temperature == "auto" else float(temperature)
-        if self.pseudo_marginal and kwargs.get("tail_jumps", "auto") == "auto":
-            # the check judges the tails on potentials: noisy estimates here
-            kwargs["tail_jumps"] = 0
         super().__init__(vars, use_gradient=use_gradient, **kwargs)
         if self.pseudo_marginal and self.functions.shared:
             warnings.warn(

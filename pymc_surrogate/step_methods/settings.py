@@ -84,6 +84,12 @@ class HMCKernel:
         SoftAbs's sharpness: eigenvalues ``lam`` of the Hessian become ``lam coth(alpha
         lam)``, ``|lam|`` far from zero and at least ``1 / alpha`` (default 1), relative
         to the posterior's own curvature (the moves run in the chain's whitened frame).
+    tail_jumps : "auto" or float
+        Share of the draws that are independence proposals from a heavy-tailed (Cauchy)
+        fit to the tuning states, in [0, 1) (0: none). "auto" (default): a check when
+        tuning ends decides, from the model's values at trial points, whether the tails
+        reach past the tuning states (then a share of the draws jump, else none); off for
+        a pseudo-marginal (noisy) logp, and wherever the draws evaluate no model.
     """
 
     correction: str = "surrogate_transition"
@@ -93,6 +99,7 @@ class HMCKernel:
     dense_mass: bool | str = "auto"
     metric: str = "euclidean"
     softabs_alpha: float = 1.0
+    tail_jumps: float | str = AUTO
 
     def __post_init__(self):
         if self.correction not in CORRECTIONS:
@@ -107,6 +114,12 @@ class HMCKernel:
         if self.metric not in METRICS:
             raise ValueError(f"HMCKernel: metric must be one of {METRICS}; got {self.metric!r}.")
         _check_positive("softabs_alpha", self.softabs_alpha)
+        if self.tail_jumps != AUTO and not (_is_number(self.tail_jumps)
+                                            and 0 <= self.tail_jumps < 1):
+            raise ValueError(
+                "HMCKernel: tail_jumps must be 'auto' or a probability in [0, 1) (0 turns "
+                f"them off); got {self.tail_jumps!r}."
+            )
         if self.metric != "euclidean" and self.correction != "surrogate_transition":
             raise ValueError(
                 f"HMCKernel: metric={self.metric!r} runs with correction='surrogate_transition' "
@@ -190,7 +203,7 @@ class GridBox:
 _MOVED = {
     **{name: ("kernel", name) for name in
        ("correction", "n_inner", "path_length", "max_energy_error", "dense_mass", "metric",
-        "softabs_alpha")},
+        "softabs_alpha", "tail_jumps")},
     "explore_steps": ("warmup", "steps"),
     "explore_tries": ("warmup", "tries"),
     **{name: ("domain", name) for name in ("bounds", "mean", "cov", "k")},
@@ -319,17 +332,10 @@ def block_variables(model, vars, initial_point: dict, owner: str) -> list:
     return vars
 
 
-def check_settings(owner: str, kwargs: dict, target_accept, tail_jumps) -> None:
+def check_settings(owner: str, kwargs: dict, target_accept) -> None:
     if kwargs:
         raise TypeError(f"Unexpected arguments for {owner}: {sorted(kwargs)}.")
     _check_open_unit("target_accept", target_accept)
-    if tail_jumps != "auto" and not (
-        _is_number(tail_jumps) and 0 <= tail_jumps < 1
-    ):
-        raise ValueError(
-            "tail_jumps must be 'auto' or a probability in [0, 1) (0 turns them off); "
-            f"got {tail_jumps!r}."
-        )
 
 
 def _is_number(value) -> bool:

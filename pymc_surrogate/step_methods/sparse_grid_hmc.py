@@ -104,7 +104,7 @@ class SparseGridHMC(SurrogateStep):
         ``"hamiltonian"`` is the paper's Algorithm 3 (one trajectory accepted with the true
         Hamiltonian).
     **kwargs
-        Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``, ``tail_jumps``,
+        Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``,
         ``store``, ``use_gradient``, ``model``, ``rng``, ``initial_point``,
         ``compile_kwargs``, ``blocked``; ``frame`` "auto" or "affine" only.
 
@@ -171,8 +171,6 @@ class SparseGridHMC(SurrogateStep):
         self.k = float(domain.k)
         self._grid_given = grid is not None
         self._start_at_centre = grid is None and domain.bounds is None
-        if not self.exact:
-            kwargs["tail_jumps"] = 0  # every draw is a grid move: no tail jumps
         super().__init__(vars, **kwargs)
         if self.frame.learned:
             raise ValueError(

@@ -40,7 +40,8 @@ class SurrogateHMC(SurrogateStep):
     kernel : HMCKernel, optional
         The trajectories on the surrogate and their correction with the true logp
         (``correction``, ``n_inner``, ``path_length``, ``max_energy_error``, ``dense_mass``,
-        and the Riemannian ``metric``, RNS-RMHMC of rns-hmc §3.4): e.g.
+        the Riemannian ``metric``, RNS-RMHMC of rns-hmc §3.4, and the draws' heavy-tailed
+        ``tail_jumps``): e.g.
         ``kernel=HMCKernel(n_inner=3)``. Default ``HMCKernel()``: surrogate transitions
         with ``n_inner="auto"``. With ``metric="riemannian"`` the stats
         ``riemannian``, ``fixed_point_iterations`` (Newton iterations of the implicit
@@ -93,8 +94,6 @@ class SurrogateHMC(SurrogateStep):
         checks find the surrogate poor). Workers compile the whole model: the step must sample all of it. The executor
         stays in this process: with ``cores > 1`` the chains explore one call at a time
         (and say so).
-    tail_jumps : "auto" or float
-        Share of draws that are independence Cauchy proposals; "auto" checks the tails.
     use_gradient : "auto", True or False
         "auto" (default): the model's gradient where it has one; ``False`` treats the
         model as a black box (logp only); ``True`` requires the gradient.

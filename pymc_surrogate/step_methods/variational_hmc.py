@@ -70,7 +70,7 @@ class VariationalHMC(SurrogateStep):
         As ``SurrogateHMC``: the trajectories on the surrogate and their correction;
         default ``HMCKernel(n_inner=1)``.
     **kwargs
-        Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``, ``tail_jumps``,
+        Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``,
         ``store``, ``executor``, ``frame`` ("auto": affine; "triangular" learns a transport
         map as SurrogateHMC does), ``model``, ``rng``, ``initial_point``,
         ``compile_kwargs``, ``blocked``.
@@ -137,9 +137,6 @@ class VariationalHMC(SurrogateStep):
         self._difference_if_needed = gradient == FINITE_DIFFERENCE
         self.t0 = t0
         self.stop_error = stop_error
-        if not self.exact:
-            # every draw is a surrogate move: no model evaluation a tail jump could use
-            kwargs["tail_jumps"] = 0
         super().__init__(vars, **kwargs)
         if not self.has_gradient:
             raise ValueError(

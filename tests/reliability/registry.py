@@ -57,7 +57,7 @@ VARIANTS: list[StepEntry] = [
     StepEntry("SurrogateHMC[hamiltonian]", SurrogateHMC,
               {"kernel": HMCKernel(correction="hamiltonian")}),
     # Tail jumps in every draw's mixture, not only where the heavy-tail check asks for them
-    StepEntry("SurrogateHMC[tail_jumps]", SurrogateHMC, {"tail_jumps": 0.2}),
+    StepEntry("SurrogateHMC[tail_jumps]", SurrogateHMC, {"kernel": HMCKernel(tail_jumps=0.2)}),
 ]
 
 EXACTNESS_STEPS: list[StepEntry] = STEPS + VARIANTS

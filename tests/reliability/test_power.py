@@ -18,7 +18,7 @@ import pymc as pm
 import pytest
 from scipy import stats
 
-from pymc_surrogate import SurrogateHMC
+from pymc_surrogate import HMCKernel, SurrogateHMC
 from tests.conftest import correlated_gaussian, gaussian_model
 from tests.reliability.broken import no_metropolis_correction, shift_one_chain, shrink
 from tests.reliability.helpers import SEED, check_gaussian, check_moments, sample
@@ -183,7 +183,7 @@ def test_heavy_tail_check_flags_tail_jumps_off():
     before tail jumps, docs/reliability.md)."""
     from tests.reliability.test_exactness import check_tail_frequencies, pooled_student_t_runs
 
-    idata = pooled_student_t_runs(lambda: SurrogateHMC(tail_jumps=0))
+    idata = pooled_student_t_runs(lambda: SurrogateHMC(kernel=HMCKernel(tail_jumps=0)))
     checks = check_tail_frequencies(idata.posterior["t"].values)
     assert not all(c.passed for c in checks), "\n".join(c.report() for c in checks)
 

@@ -67,7 +67,7 @@ def test_a_shared_setting_has_one_default_unless_its_difference_is_explained():
 def test_every_step_takes_the_shared_settings_of_the_skeleton():
     signatures = _signatures()
     common = set.intersection(*(set(params) for params in signatures.values()))
-    for name in ("use_gradient", "kernel", "warmup", "target_accept", "tail_jumps", "store",
+    for name in ("use_gradient", "kernel", "warmup", "target_accept", "store",
                  "model", "rng", "initial_point", "compile_kwargs", "blocked"):
         assert name in common, name
 

@@ -42,7 +42,7 @@ def test_hamiltonian_tries_the_full_length_on_the_final_fit_outside_the_draws():
     mean, cov = correlated_gaussian(4, seed=6)
     with gaussian_model(mean, cov):
         # tail_jumps=0: no heavy-tail check, whose trials would count here too
-        idata = pm.sample(step=SurrogateHMC(kernel=HMCKernel(correction="hamiltonian"), tail_jumps=0),
+        idata = pm.sample(step=SurrogateHMC(kernel=HMCKernel(correction="hamiltonian", tail_jumps=0)),
                           discard_tuned_samples=False, **{**SAMPLE, "draws": 100, "tune": 400})
     # one evaluation a trial, none for a trajectory that diverges on the surrogate
     trials = _evaluations_between_tuning_and_draws(idata)
@@ -56,7 +56,7 @@ def test_adaptive_does_not_learn_from_the_full_length_trials():
     the draws may not use (issue 17). The first draw adds at most its own evaluation."""
     mean, cov = correlated_gaussian(4, seed=6)
     with gaussian_model(mean, cov):
-        step = AdaptiveSurrogateHMC(kernel=HMCKernel(correction="hamiltonian"), tail_jumps=0)
+        step = AdaptiveSurrogateHMC(kernel=HMCKernel(correction="hamiltonian", tail_jumps=0))
         idata = pm.sample(step=step, discard_tuned_samples=False,
                           **{**SAMPLE, "draws": 20, "tune": 400})
     assert np.all(_evaluations_between_tuning_and_draws(idata) > 0)  # the trials ran
@@ -191,8 +191,8 @@ def test_discrete_variable_is_refused_with_advice():
         (dict(warmup=dict(steps=-3)), "steps"),
         (dict(kernel=dict(correction="none")), "correction"),
         (dict(kernel=dict(max_energy_error=-1)), "max_energy_error"),
-        (dict(tail_jumps=1.0), "tail_jumps"),
-        (dict(tail_jumps="often"), "tail_jumps"),
+        (dict(kernel=dict(tail_jumps=1.0)), "tail_jumps"),
+        (dict(kernel=dict(tail_jumps="often")), "tail_jumps"),
     ],
 )
 def test_invalid_settings_are_named(kwargs, match):
@@ -488,7 +488,7 @@ def test_student_t_tails_get_tail_jumps_in_the_draws_only():
 def test_a_fixed_tail_jump_share_skips_the_check():
     mean, cov = correlated_gaussian(2, seed=3)
     with gaussian_model(mean, cov):
-        step = SurrogateHMC(tail_jumps=0.3)
+        step = SurrogateHMC(kernel=HMCKernel(tail_jumps=0.3))
         idata = pm.sample(step=step, discard_tuned_samples=False, **{**SAMPLE, "draws": 500})
     assert np.all(_evaluations_between_tuning_and_draws(idata) == 0)
     assert step.tails.check is None

@@ -13,7 +13,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from pymc_surrogate import SurrogateHMC
+from pymc_surrogate import HMCKernel, SurrogateHMC
 
 RUN = dict(draws=250, tune=200, chains=2, progressbar=False, compute_convergence_checks=False,
            random_seed=3)
@@ -52,7 +52,7 @@ def _messages(caplog) -> list[str]:
 def test_stuck_chains_are_named(caplog, cores):
     with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
         pm.Normal("x", 0.0, 1.0, shape=2)
-        pm.sample(step=NeverMoves(tail_jumps=0), cores=cores, **RUN)
+        pm.sample(step=NeverMoves(kernel=HMCKernel(tail_jumps=0)), cores=cores, **RUN)
     stuck = [m for m in _messages(caplog) if "rejected its last 100 draws" in m]
     assert sorted(m.split(" has rejected")[0].split(": ")[-1] for m in stuck) == ["chain 0", "chain 1"]
     assert all("Increase `tune`" in m and "NUTS" in m for m in stuck)
@@ -64,7 +64,7 @@ def test_slow_mixing_is_told(caplog):
     """A chain that moves (every draw accepted) but mixes far too slowly to estimate."""
     with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
         pm.Normal("x", 0.0, 1.0, shape=2)
-        pm.sample(step=Crawls(tail_jumps=0), cores=1, **{**RUN, "draws": 450})
+        pm.sample(step=Crawls(kernel=HMCKernel(tail_jumps=0)), cores=1, **{**RUN, "draws": 450})
     slow = [m for m in _messages(caplog) if "effective sample size of" in m]
     assert len(slow) == 2 and "chain 0" in slow[0] and "chain 1" in slow[1]
 
@@ -79,7 +79,7 @@ def _slow_mixing_advice(caplog, centred: bool) -> list[str]:
             pm.Normal("theta", mu, tau, shape=2)
         else:
             pm.Deterministic("theta", mu + tau * pm.Normal("z", 0.0, 1.0, shape=2))
-        pm.sample(step=Crawls(tail_jumps=0), cores=1, **{**RUN, "chains": 1, "draws": 450})
+        pm.sample(step=Crawls(kernel=HMCKernel(tail_jumps=0)), cores=1, **{**RUN, "chains": 1, "draws": 450})
     return [m for m in _messages(caplog) if "effective sample size of" in m]
 
 
@@ -116,12 +116,12 @@ def test_a_pseudo_marginal_chain_is_judged_on_its_own_scale(caplog):
     run = {**RUN, "chains": 1}
     with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
         pm.Normal("x", 0.0, 1.0, shape=2)
-        pm.sample(step=NeverMovesNoisy(tail_jumps=0), cores=1, **run)
+        pm.sample(step=NeverMovesNoisy(kernel=HMCKernel(tail_jumps=0)), cores=1, **run)
     assert not [m for m in _messages(caplog) if "in a row" in m or "effective sample" in m]
     caplog.clear()
     with pm.Model(), caplog.at_level(logging.WARNING, logger="pymc"):
         pm.Normal("x", 0.0, 1.0, shape=2)
-        pm.sample(step=NeverMovesNoisy(tail_jumps=0), cores=1, **{**run, "draws": 1050})
+        pm.sample(step=NeverMovesNoisy(kernel=HMCKernel(tail_jumps=0)), cores=1, **{**run, "draws": 1050})
     assert len([m for m in _messages(caplog) if "rejected its last 1000 draws" in m]) == 1
     assert len([m for m in _messages(caplog) if "effective sample size of" in m]) == 1
 
@@ -148,7 +148,7 @@ def test_a_proposal_is_far_only_beyond_twenty_in_a_whitened_coordinate_from_ever
 def test_far_proposals_counts_proposals_far_from_every_evaluated_state(monkeypatch):
     """A sound Gaussian run proposes nothing far (stat ``far_proposals`` 0); a step that
     also evaluates a proposal 1000 sds out at each draw has each one counted."""
-    from pymc_surrogate import SurrogateHMC
+    from pymc_surrogate import HMCKernel, SurrogateHMC
 
     sample = dict(draws=100, tune=300, chains=1, cores=1, progressbar=False, random_seed=3,
                   compute_convergence_checks=False)
@@ -167,5 +167,5 @@ def test_far_proposals_counts_proposals_far_from_every_evaluated_state(monkeypat
     monkeypatch.setattr(SurrogateHMC, "_surrogate_step", also_far_in_the_draws)
     with pm.Model():
         pm.Normal("x", 0.0, 1.0, shape=2)
-        broken = pm.sample(step=SurrogateHMC(tail_jumps=0), **sample)
+        broken = pm.sample(step=SurrogateHMC(kernel=HMCKernel(tail_jumps=0)), **sample)
     assert int(broken.sample_stats.far_proposals.values[0, -1]) >= 100
