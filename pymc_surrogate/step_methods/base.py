@@ -37,7 +37,10 @@ from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
 from pymc_surrogate.step_methods.adaptation.refit import RefitAccess, Refits
 from pymc_surrogate.step_methods.adaptation.refit_schedule import RefitSchedule
 from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
-from pymc_surrogate.step_methods.adaptation.surrogate_tuning import SurrogateTuning
+from pymc_surrogate.step_methods.adaptation.surrogate_tuning import (
+    SurrogateChecks,
+    SurrogateTuning,
+)
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.adaptation.transport_frame import (
     Frame,
@@ -82,7 +85,7 @@ from pymc_surrogate.step_methods.warmup.exploration import (
     ModelAccess,
     default_explore_steps,
 )
-from pymc_surrogate.step_methods.warmup.prior import draw_prior, prior_scale
+from pymc_surrogate.step_methods.warmup.prior import prior_scale
 
 __all__ = ["SurrogateStep", "ChainState"]
 
@@ -183,18 +186,17 @@ class SurrogateStep(ArrayStepShared):
         self.frame.check(owner, self.context.dim > 0, self.explore_executor is not None)
         if self.frame.learned:  # the step sees the model in the chain's coordinates
             self.evaluator.functions = FramedFunctions(self.functions, self.frame)
-        self.exploration = Exploration(
-            self.has_gradient, self.dim, kernel.path_length, kernel.max_energy_error,
-            self.explore_tries if self.explore_executor is not None else None,
-            self.pseudo_marginal, self.tuning,
-        )
+        scale = rounding = None
         if self.functions.finite_difference:
             # Central differences relative to each coordinate's prior sd, where there is one
             scale = prior_scale(model, [v.name for v in self.vars], self.dim)
-            self.functions.difference_scale = self.exploration.difference_scale = scale
-            # bound methods, not lambdas: the step pickles into PyMC's worker processes
-            self.exploration.difference_rounding = self._difference_rounding
-            self.exploration.on_unresolved = self._tell_unresolved_curvature
+            self.functions.difference_scale = scale
+            rounding = self.functions.rounding_at  # a bound method: the step pickles
+        self.exploration = Exploration(
+            self.has_gradient, self.dim, kernel.path_length, kernel.max_energy_error,
+            self.explore_tries if self.explore_executor is not None else None,
+            self.pseudo_marginal, self.tuning, scale, rounding, self.health.coordinates,
+        )
         # PyMC keeps the constructor's arguments to rebuild the step when unpickling
         # (BlockedStep.__new__, which skips __init__; the state restores the rest): the
         # executor stays out of them, as out of the state.
@@ -228,9 +230,9 @@ class SurrogateStep(ArrayStepShared):
             self.frame, self.context, self.policy, self.learned, owner, self._on_evaluation)
         self.schedule = RefitSchedule(self.tuning)
         self.fit = self._surrogate_fit()
-        self.refits = Refits(self.fit, self.learned, self.schedule, self.policy, self.tuning, self.dim,
-                             self.context, self.kernel, self.mass_matrix, self.coverage,
-                             self.exploration, self.sharing, self.explore_steps)
+        self.refits = Refits(self.fit, self.learned, self.schedule, self.policy, self.tuning,
+                             self.dim, self.context, self.kernel, self.mass_matrix,
+                             self.coverage, self.exploration, self.sharing, self.explore_steps)
         self.chain = self._new_chain()
 
     #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).
@@ -352,46 +354,9 @@ class SurrogateStep(ArrayStepShared):
 
     def _model_access(self, chain: ChainState) -> ModelAccess:
         """What the exploration asks of the model for this chain."""
-        return ModelAccess(
-            # exploration's exact kernels are not counted as far proposals: an exact HMC
-            # trajectory evaluates every leapfrog point, and checking each against a
-            # training set that keeps them all made a fallback-heavy run quadratic
-            evaluate=lambda q, with_grad: self._evaluate(chain, q, with_grad=with_grad,
-                                                         count_far=False),
-            diagnose=lambda q: self.evaluator.evaluate(chain, q, True, self.tune),
-            evaluate_batch=lambda points: self._evaluate_batch(chain, points),
-            # the chain's state: a raise is tried once more, and no rejection there
-            evaluate_state=lambda q: self.evaluator.check_start(
-                self._evaluate(chain, q, with_grad=True, retry=True)),
-            late_states=lambda: self.refits.late_states()[0],
-            draw_prior=self._draw_prior,
-            training=self.learned.training,
-        )
-
-    def _difference_rounding(self, point: ChainPoint) -> np.ndarray:
-        return self.functions.difference_rounding(point.q, -point.potential)
-
-    def _tell_unresolved_curvature(self, coordinates: list[int], point: ChainPoint) -> None:
-        """Warn that finite differences left no usable curvature for ``coordinates`` at
-        the climb's end ``point`` (``mode_climb._hessian``)."""
-        names = self.health.coordinates
-        which = ", ".join(f"`{names[i]}`" if names and i < len(names) else f"coordinate {i}"
-                          for i in coordinates)
-        self._warn(
-            self.chain, WarningType.BAD_PARAMS,
-            f"finite differences of the logp could not resolve its curvature in {which} "
-            f"at the climb's end: even steps a million times the first change the gradient "
-            f"by less than the differences' rounding (the logp is {-point.potential:.3g} "
-            "there, and its rounding is relative to that size). Parameters on very "
-            "different scales, or a logp with a large constant, do this; the mode's "
-            "Laplace approximation is set aside, and the draws of these coordinates may "
-            "have the wrong spread. Give the model a gradient, priors on the parameters' "
-            "own scales, or parameters rescaled to similar sizes.",
-        )
-
-    def _draw_prior(self, n: int) -> np.ndarray:
-        """``n`` draws that seed the exploration's population (``warmup/prior.py``)."""
-        return draw_prior(self._model, [v.name for v in self.vars], self.dim, n, self.rng)
+        return self.evaluations.model_access(
+            chain, self.tune, self.explore_executor, self.rng,
+            lambda message: self._warn(chain, WarningType.BAD_PARAMS, message))
 
     def _evaluate_batch(self, chain: ChainState, points: np.ndarray) -> list[ChainPoint]:
         """The true potential at each row of ``points``, at once on ``explore_executor``."""
@@ -497,45 +462,26 @@ class SurrogateStep(ArrayStepShared):
             self.learned.training.extend(rows.positions, rows.potentials, rows.gradients,
                                          rows.contexts)
 
-    def _adapt_on_surrogate(self, chain: ChainState, info: TransitionInfo) -> None:
-        """Tuning's adaptation after a move on the surrogate alone: the step size (which
-        learns from surrogate steps only in any case) and the chain's states, whose true
-        potentials are unknown (NaN) until a check evaluates them."""
-        self.kernel.step_adapt.update(info.adapt_stat, True)
-        self.learned.add_state(info.point.q, np.nan)
-        self.surrogate_tuning.start(chain.current)  # the state the first fit found
-
     def _check_surrogate(self, chain: ChainState) -> None:
-        """Now and then in tuning on the surrogate alone, the model at the chain's states
-        (``surrogate_tuning.py``): training data, and refits or exact tuning as they say."""
-        rows = self.surrogate_tuning.rows(chain.iteration, len(self.learned.positions))
-        if not rows:
-            return
-        states = np.array([self.learned.positions[row] for row in rows])
-        if self.exploration.batched:
-            points = self._evaluate_batch(chain, states)
-        else:
-            points = [self._evaluate(chain, states[0], with_grad=self.has_gradient)]
-        for row, point in zip(rows, points):
-            self.learned.set_state_potential(row, point.potential)
-        acceptances, why = self.surrogate_tuning.judge(
-            points, lambda q: self._surrogate_point(chain, q).potential)
-        self.schedule.note_checks(acceptances)
-        # back inside the support if the surrogate led the chain out
-        chain.current, chain.current_approximate = self.surrogate_tuning.last_good, False
-        if why is not None:
-            self._warn(chain, WarningType.BAD_PARAMS,
-                       f"the surrogate, on which a chain tuned alone, {why}; the chain tunes "
-                       f"with exact corrections from tuning iteration {chain.iteration} on.",
-                       level="info")
-        elif self.schedule.wants_refit(chain.iteration, self.coverage.tempers_tuning):
-            self._refit(chain)
-            self.surrogate_tuning.new_surrogate()
+        """In tuning on the surrogate alone, the checks of the model at the chain's states
+        (``surrogate_tuning.py``); back inside the support if the surrogate led the chain out."""
+        def evaluate(states: np.ndarray) -> list[ChainPoint]:
+            if self.exploration.batched:
+                return self._evaluate_batch(chain, states)
+            return [self._evaluate(chain, states[0], with_grad=self.has_gradient)]
 
-    def _surrogate_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
-        """``q`` with the (untempered) surrogate's potential in place of the model's."""
-        value, grad = self.context.field(self.learned.surrogate)(q)
-        return ChainPoint(q, float(value), grad)
+        def restart(point: ChainPoint) -> None:
+            chain.current, chain.current_approximate = point, False
+
+        self.surrogate_tuning.check(
+            chain.iteration, self.learned, self.schedule, self.coverage.tempers_tuning,
+            SurrogateChecks(
+                evaluate, self._surrogate_potential, restart, lambda: self._refit(chain),
+                lambda message: self._warn(chain, WarningType.BAD_PARAMS, message, "info")))
+
+    def _surrogate_potential(self, q: np.ndarray) -> float:
+        """The chain's (untempered) surrogate's potential at ``q``."""
+        return float(self.context.field(self.learned.surrogate)(q)[0])
 
     def _model_or_surrogate(self, chain: ChainState, current: ChainPoint, with_grad: bool,
                             record: bool, field):
@@ -590,7 +536,7 @@ class SurrogateStep(ArrayStepShared):
 
         # 3. adaptation (tune only), then the online policy's hook
         if chain.on_surrogate:
-            self._adapt_on_surrogate(chain, info)
+            self.surrogate_tuning.after_move(info, chain.current, self.kernel, self.learned)
         elif self.tune and not chain.frozen:
             self._adapt(chain, info, exploring)
             if exploring:  # after the fit decision, which counts the iterations before this

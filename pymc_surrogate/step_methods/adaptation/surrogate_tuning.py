@@ -28,16 +28,26 @@ tuning left, and the draws are corrected by the model as always.
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from pymc.step_methods.state import DataClassState, dataclass_state
 
-from pymc_surrogate.core.types import ChainPoint
+from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.step_methods.tuning import Tuning
 
-__all__ = ["SurrogateTuning"]
+__all__ = ["SurrogateChecks", "SurrogateTuning"]
+
+
+class SurrogateChecks(NamedTuple):
+    """What a check of the surrogate asks of the step for one chain."""
+
+    evaluate: Callable[[np.ndarray], list]  # the model at rows of states (ChainPoints)
+    surrogate_potential: Callable[[np.ndarray], float]  # the untempered surrogate's U~(q)
+    restart: Callable[[ChainPoint], None]  # the chain goes on from this state, exactly evaluated
+    refit: Callable[[], None]  # the step's refit
+    warn: Callable[[str], None]  # an info-level note for the chain
 
 
 @dataclass_state
@@ -135,3 +145,33 @@ class SurrogateTuning(ChainPart):
     def new_surrogate(self) -> None:
         """Another surrogate: the errors start again."""
         self.last_error = None
+
+    # ------------------------------------------------------------ the iteration
+    def after_move(self, info: TransitionInfo, current: ChainPoint, kernel, learned) -> None:
+        """Tuning's adaptation after a move on the surrogate alone: the step size (which
+        learns from surrogate steps only in any case) and the chain's state, whose true
+        potential is unknown (NaN) until a check evaluates it."""
+        kernel.step_adapt.update(info.adapt_stat, True)
+        learned.add_state(info.point.q, np.nan)
+        self.start(current)  # the state the first fit found
+
+    def check(self, iteration: int, learned, schedule, tempers: bool,
+              access: SurrogateChecks) -> None:
+        """Now and then, the model at the chain's states: training data, the chain back
+        at its last state inside the model's support, and refits or exact tuning as the
+        checks say."""
+        rows = self.rows(iteration, len(learned.positions))
+        if not rows:
+            return
+        points = access.evaluate(np.array([learned.positions[row] for row in rows]))
+        for row, point in zip(rows, points):
+            learned.set_state_potential(row, point.potential)
+        acceptances, why = self.judge(points, access.surrogate_potential)
+        schedule.note_checks(acceptances)
+        access.restart(self.last_good)
+        if why is not None:
+            access.warn(f"the surrogate, on which a chain tuned alone, {why}; the chain tunes "
+                        f"with exact corrections from tuning iteration {iteration} on.")
+        elif schedule.wants_refit(iteration, tempers):
+            access.refit()
+            self.new_surrogate()

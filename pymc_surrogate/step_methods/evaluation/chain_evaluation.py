@@ -15,6 +15,8 @@ import numpy as np
 
 from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.evaluation.batch import _NodeLogp, evaluate_logp
+from pymc_surrogate.step_methods.warmup.exploration import ModelAccess
+from pymc_surrogate.step_methods.warmup.prior import draw_prior
 
 __all__ = ["ChainEvaluation"]
 
@@ -98,6 +100,31 @@ class ChainEvaluation:
             self.keep(chain, point)
         return out
 
+    def model_access(self, chain, tune: bool, executor, rng: np.random.Generator,
+                     warn: Callable[[str], None]) -> ModelAccess:
+        """What the exploration asks of the model for ``chain`` (``warmup/exploration.py``)."""
+        return ModelAccess(
+            # exploration's exact kernels are not counted as far proposals: an exact HMC
+            # trajectory evaluates every leapfrog point, and checking each against a
+            # training set that keeps them all made a fallback-heavy run quadratic
+            evaluate=lambda q, with_grad: self.evaluate(chain, q, with_grad, tune,
+                                                        count_far=False),
+            diagnose=lambda q: self.evaluator.evaluate(chain, q, True, tune),
+            evaluate_batch=lambda points: self.evaluate_batch(chain, points, tune, executor),
+            # the chain's state: a raise is tried once more, and no rejection there
+            evaluate_state=lambda q: self.evaluator.check_start(
+                self.evaluate(chain, q, True, tune, retry=True)),
+            late_states=lambda: self.learned.late_states()[0],
+            draw_prior=lambda n: self.draw_prior(n, rng),
+            training=self.learned.training,
+            warn=warn,
+        )
+
+    def draw_prior(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` draws that seed the exploration's population (``warmup/prior.py``)."""
+        return draw_prior(self.model, [v.name for v in self.vars],
+                          self.learned.dim, n, rng)
+
     def keep(self, chain, point: ChainPoint, record: bool = True) -> None:
         """A finite evaluation goes into the store and, as training data, to the chain."""
         if not np.isfinite(point.potential):
@@ -105,5 +132,6 @@ class ChainEvaluation:
         self.sharing.record(self.frame.stored(point),
                             self.context.values() if self.context.dim else None)
         if record and self.policy.records(chain.frozen):
-            self.learned.training.append(point.q, point.potential, point.grad, self.context.values())
+            self.learned.training.append(point.q, point.potential, point.grad,
+                                         self.context.values())
             self.on_evaluation(chain, point)

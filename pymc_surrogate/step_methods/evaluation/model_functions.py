@@ -127,6 +127,10 @@ class ModelFunctions:
         scale = 1.0 if self.difference_scale is None else self.difference_scale
         return FINITE_DIFFERENCE_STEP * np.maximum(scale, np.abs(q))
 
+    def rounding_at(self, point) -> np.ndarray:
+        """``difference_rounding`` at a ``ChainPoint`` (its potential is ``-logp``)."""
+        return self.difference_rounding(point.q, -point.potential)
+
     def difference_rounding(self, q: np.ndarray, logp: float) -> np.ndarray:
         """The rounding error of each coordinate of the central-difference gradient at
         ``q`` (where the logp is ``logp``): ``DIFFERENCE_ROUNDING`` machine epsilons of

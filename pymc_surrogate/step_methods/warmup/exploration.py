@@ -28,7 +28,10 @@ from pymc_surrogate.core.transitions import (
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.step_methods.tuning import Tuning
-from pymc_surrogate.step_methods.warmup.mode_climb import climb_to_mode
+from pymc_surrogate.step_methods.warmup.mode_climb import (
+    climb_to_mode,
+    unresolved_curvature_message,
+)
 from pymc_surrogate.surrogates.laplace import laplace_from_values
 
 __all__ = ["Exploration", "ModelAccess", "default_explore_steps"]
@@ -56,6 +59,7 @@ class ModelAccess(NamedTuple):
     late_states: Callable[[], np.ndarray]  # the chain's late tuning states
     draw_prior: Callable[[int], np.ndarray]  # n draws that seed DE's population
     training: Any  # the chain's TrainingSet (read only)
+    warn: Callable[[str], None]  # a warning for the chain (BAD_PARAMS)
 
 
 @dataclass_state
@@ -99,7 +103,8 @@ class Exploration(ChainPart):
 
     def __init__(self, has_gradient: bool, dim: int, path_length: float,
                  max_energy_error: float, tries: int | None, pseudo_marginal: bool,
-                 tuning: Tuning):
+                 tuning: Tuning, difference_scale: np.ndarray | None = None,
+                 difference_rounding: Callable | None = None, names: list | None = None):
         self.has_gradient = has_gradient
         self.dim = dim
         self.path_length = path_length
@@ -108,12 +113,11 @@ class Exploration(ChainPart):
         self.pseudo_marginal = pseudo_marginal
         self.tuning = tuning
         #: When the gradients are finite differences: each coordinate's scale (the
-        #: climb's Hessian steps are relative to it, None: 1), their rounding (a point ->
-        #: per coordinate), and what to do with coordinates whose curvature the climb's
-        #: differences could not resolve (their indices and the climb's end); else None.
-        self.difference_scale = None
-        self.difference_rounding = None
-        self.on_unresolved = None
+        #: climb's Hessian steps are relative to it, None: 1) and their rounding (a point
+        #: -> per coordinate); else None. ``names``: the coordinates', for messages.
+        self.difference_scale = difference_scale
+        self.difference_rounding = difference_rounding
+        self.names = names
         self.reset()
 
     def reset(self) -> None:
@@ -283,8 +287,8 @@ class Exploration(ChainPart):
         current, probe = climb_to_mode(current, lambda q: access.evaluate(q, True),
                                        access.diagnose, self.tuning, self.difference_scale,
                                        self.difference_rounding, unresolved)
-        if unresolved and self.on_unresolved is not None:
-            self.on_unresolved(unresolved, current)
+        if unresolved:
+            access.warn(unresolved_curvature_message(unresolved, self.names, -current.potential))
         if probe is None:
             return current
         self.probe = probe

@@ -16,7 +16,7 @@ from pymc_surrogate.core.types import ChainPoint
 from pymc_surrogate.step_methods.tuning import Tuning
 from pymc_surrogate.surrogates.laplace import Gaussian, laplace_at
 
-__all__ = ["climb_to_mode"]
+__all__ = ["climb_to_mode", "unresolved_curvature_message"]
 
 #: Nats of Laplace mass by which an earlier iterate of the start-of-tune climb must beat a
 #: later one to replace it: a factor e in mass, far below a neck's loss (eight schools: 37
@@ -211,3 +211,21 @@ def _laplace_log_mass(point: ChainPoint, hessian: np.ndarray) -> float:
     if sign == 0 or not np.isfinite(logdet):
         return np.nan
     return -point.potential - 0.5 * logdet
+
+
+def unresolved_curvature_message(coordinates: list[int], names: list | None,
+                                 logp: float) -> str:
+    """The warning when finite differences left no usable curvature for ``coordinates``
+    at the climb's end, where the logp is ``logp`` (``_hessian``)."""
+    which = ", ".join(f"`{names[i]}`" if names and i < len(names) else f"coordinate {i}"
+                      for i in coordinates)
+    return (
+        f"finite differences of the logp could not resolve its curvature in {which} "
+        f"at the climb's end: even steps a million times the first change the gradient "
+        f"by less than the differences' rounding (the logp is {logp:.3g} "
+        "there, and its rounding is relative to that size). Parameters on very "
+        "different scales, or a logp with a large constant, do this; the mode's "
+        "Laplace approximation is set aside, and the draws of these coordinates may "
+        "have the wrong spread. Give the model a gradient, priors on the parameters' "
+        "own scales, or parameters rescaled to similar sizes."
+    )
