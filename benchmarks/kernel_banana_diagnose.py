@@ -26,13 +26,14 @@ captured = []
 class K(KernelHMC):
     def stop_tuning(self):
         super().stop_tuning()
-        ch = self.chain
+        ch, learned = self.chain, self.learned
         field = self._surrogate_field(ch)
-        captured.append(dict(field=field, surr=ch.surrogate, hist=self.fit.history(ch).copy(),
+        surr = learned.surrogate
+        captured.append(dict(field=field, surr=surr, hist=self.fit.history().copy(),
                              cov_T=self.coverage.temperature, khat=self.coverage.khat,
-                             T=getattr(ch.surrogate, "temperature", np.nan),
-                             sigma=getattr(ch.surrogate, "sigma_", np.nan), lam=getattr(ch.surrogate,"lam_",np.nan),
-                             ntrain=len(ch.training), fits=ch.counts.fits))
+                             T=getattr(surr, "temperature", np.nan),
+                             sigma=getattr(surr, "sigma_", np.nan), lam=getattr(surr,"lam_",np.nan),
+                             ntrain=len(learned.training), fits=learned.fits))
 seed = int(sys.argv[1]); kw = eval(sys.argv[2]) if len(sys.argv) > 2 else {}
 with model:
     idata = pm.sample(step=K(**kw), tune=1000, draws=2000, chains=2, cores=1, random_seed=seed, progressbar=False, compute_convergence_checks=False)

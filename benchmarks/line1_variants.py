@@ -19,6 +19,7 @@ import numpy as np
 
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.adaptation.refit import Refits
+from pymc_surrogate.step_methods.adaptation.tuner import Tuner
 
 __all__ = ["VARIANTS", "install"]
 
@@ -30,7 +31,7 @@ def _after_stop_tuning(extra):
     """``stop_tuning``, then ``extra(step, chain)`` for a chain frozen on a surrogate."""
     def stop_tuning(self):
         _plain_stop(self)
-        if self.chain.surrogate is not None and self.chain.frozen:
+        if self.learned.surrogate is not None and self.chain.frozen:
             extra(self, self.chain)
     SurrogateStep.stop_tuning = stop_tuning
 
@@ -49,7 +50,7 @@ def tail_tempering(quantile: float = 0.95, temperature: float = 1.5) -> None:
     def level(step, chain):
         field = _plain_field(step, chain)
         chain.variant_level = float(np.quantile(
-            [field(q)[0] for q in step.refits.late_states(chain)[0]], quantile))
+            [field(q)[0] for q in step.refits.late_states()[0]], quantile))
 
     def transform(chain, field):
         top = getattr(chain, "variant_level", None)
@@ -79,19 +80,20 @@ def exploration_share(probability: float = 0.1) -> None:
 def extra_evaluation() -> None:
     """In tuning on a surrogate, one more model evaluation an iteration (training data) at
     the point a surrogate transition alone reaches from the chain's state."""
-    plain_adapt = SurrogateStep._adapt
+    plain_update = Tuner.update
 
-    def _adapt(self, chain, info, exploring):
-        if (chain.surrogate is not None and not chain.frozen and not chain.on_surrogate
+    def update(self, access, info, exploring):
+        chain = access.chain
+        if (self.learned.surrogate is not None and not chain.frozen and not chain.on_surrogate
                 and chain.current is not None):
             chain.on_surrogate = True
             try:
-                moved = self._surrogate_step(chain, chain.current, record=False)
+                moved = access.surrogate_step(chain.current, record=False)
             finally:
                 chain.on_surrogate = False
-            self._evaluate(chain, moved.point.q, with_grad=False, record=True)
-        return plain_adapt(self, chain, info, exploring)
-    SurrogateStep._adapt = _adapt
+            access.evaluate(moved.point.q, False, record=True)
+        return plain_update(self, access, info, exploring)
+    Tuner.update = update
 
 
 def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -> None:
@@ -108,8 +110,8 @@ def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -
 
     def final(self, access):
         chain = access.chain
-        if chain.surrogate is not None and chain.current is not None:
-            field = self.context.field(chain.surrogate)
+        if self.learned.surrogate is not None and chain.current is not None:
+            field = self.context.field(self.learned.surrogate)
 
             def on_surrogate(q):
                 value, grad = field(q)[:2]
@@ -125,14 +127,14 @@ def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -
                 if (i + 1) % thin == 0:
                     states.append(point.q)
             chain.frozen = False  # so that the evaluations are training data
-            start = len(chain.training)
+            start = len(self.learned.training)
             try:
                 evaluate = access.model_access().evaluate
                 for q in states:
                     evaluate(q, False)
             finally:
                 chain.frozen = True
-            chain.variant_design = (start, len(chain.training))
+            chain.variant_design = (start, len(self.learned.training))
         return plain_final(self, access)
 
     def _fit(self, access, **settings):
@@ -141,7 +143,7 @@ def final_design(points: int = 150, thin: int = 3, tuning_weight: float = 0.3) -
         if design is None:
             return plain_fit(self, access, **settings)
         policy = self.fit.policy
-        keep = self.relevant(chain)
+        keep = self.relevant()
         factor = np.where((keep >= design[0]) & (keep < design[1]), 1.0, tuning_weight)
 
         class Policy:

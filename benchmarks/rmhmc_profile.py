@@ -52,7 +52,7 @@ def fit(path: str, tune: int, draws: int, seed: int) -> None:
         pm.sample(draws=draws, tune=tune, chains=1, cores=1, step=step, random_seed=seed,
                   progressbar=False, compute_convergence_checks=False)
     chain = step.chain
-    state = {"surrogate": chain.surrogate, "whitening": chain.whitening,
+    state = {"surrogate": step.learned.surrogate, "whitening": step.learned.whitening,
              "temperature": step.coverage.temperature,
              "step_size": float(step.kernel.step_adapt.current(False)),
              "path_length": step.kernel.path_length, "alpha": step.riemannian.softabs_alpha,

@@ -95,7 +95,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
                 sample_weight=np.array([weight]),
             )
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-            self.refits.online_failed(self._refit_access(chain), err)
+            self.refits.online_failed(self._access(chain), err)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if self.learned.learner is None or not self.policy.adapts(chain.frozen):
@@ -109,7 +109,7 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
                 if not (np.isfinite(value) and np.all(np.isfinite(grad))):
                     raise FloatingPointError("the updated surrogate is not finite")
             except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-                self.refits.online_failed(self._refit_access(chain), err)
+                self.refits.online_failed(self._access(chain), err)
                 return
             self.learned.adopt(candidate)
 

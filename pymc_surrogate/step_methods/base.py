@@ -30,25 +30,25 @@ from pymc.vartypes import continuous_types
 from pymc_surrogate.core.transitions import independence_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
+from pymc_surrogate.step_methods.adaptation.access import ChainAccess
 from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
 from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
 from pymc_surrogate.step_methods.adaptation.learned_surrogate import LearnedSurrogate
 from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
-from pymc_surrogate.step_methods.adaptation.refit import RefitAccess, Refits
+from pymc_surrogate.step_methods.adaptation.refit import Refits
 from pymc_surrogate.step_methods.adaptation.refit_schedule import RefitSchedule
 from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
 from pymc_surrogate.step_methods.adaptation.surrogate_tuning import (
-    SurrogateChecks,
     SurrogateTuning,
 )
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.adaptation.transport_frame import (
     Frame,
     FramedFunctions,
-    convert,
     convert_point,
     frame_setting,
 )
+from pymc_surrogate.step_methods.adaptation.tuner import Tuner
 from pymc_surrogate.step_methods.evaluation.batch import refuse_in_a_rerun_script
 from pymc_surrogate.step_methods.evaluation.block_context import BlockContext
 from pymc_surrogate.step_methods.evaluation.chain_evaluation import ChainEvaluation
@@ -233,6 +233,10 @@ class SurrogateStep(ArrayStepShared):
         self.refits = Refits(self.fit, self.learned, self.schedule, self.policy, self.tuning,
                              self.dim, self.context, self.kernel, self.mass_matrix,
                              self.coverage, self.exploration, self.sharing, self.explore_steps)
+        self.tuner = Tuner(self.refits, self.learned, self.fit, self.frame, self.kernel,
+                           self.exploration, self.surrogate_tuning, self.schedule,
+                           self.coverage, self.sharing, self.tails, self.draw_bound,
+                           self.policy, self.exact, self.exploration.batched)
         self.chain = self._new_chain()
 
     #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).
@@ -319,21 +323,8 @@ class SurrogateStep(ArrayStepShared):
         self.tune = False
         chain = self.chain
         chain.on_surrogate = False  # the first draw evaluates the state tuning left
-        if chain.frozen:
-            return
-        tuned_length = self.kernel.tuned_length()
-        self._read_shared(chain)  # the final fit sees every chain's tuning
-        chain.frozen = True
-        fitted = self.refits.final(self._refit_access(chain))
-        if self.learned.surrogate is not None:
-            self.sharing.count_tuned()
-        if fitted:
-            self._choose_tail_jumps(chain)
-            self._choose_draw_bound(chain)
-            self.kernel.choose_inner(self.schedule.recent_corrections,
-                                     lowered=self.draw_bound.bound is not None)
-        if tuned_length is not None:  # the final fit restarted the length at the full path
-            self._choose_draw_length(chain, tuned_length)
+        if not chain.frozen:
+            self.tuner.final(self._access(chain))
 
     def _explores_now(self, chain: ChainState) -> bool:
         """Whether this iteration runs the exact exploration kernel (``exploration.py``)."""
@@ -374,41 +365,6 @@ class SurrogateStep(ArrayStepShared):
             chain, current, self.has_gradient and not chain.frozen, record, field)
         return self.kernel.transition(current, evaluate, field, tuning_now, self.rng)
 
-    def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
-        """The Hamiltonian correction's length for the draws (``kernels/surrogate_kernel.py``)."""
-        if chain.current is None:
-            return
-        start = self._current_point(chain, chain.current.q)
-        # Not training data: AdaptiveSurrogateHMC would learn from trajectories at a
-        # length the draws may not use.
-        self.kernel.choose_draw_length(
-            tuned, lambda current: self._surrogate_step(chain, current, record=False), start)
-        chain.current, chain.current_key = start, self.evaluator.key(start.q)
-
-    def _choose_tail_jumps(self, chain: ChainState) -> None:
-        """The draws' tail jumps, measured on the final fit (``kernels/tail_jumps.py``)."""
-        states, potentials = self.refits.late_states()
-        # Not training data: AdaptiveSurrogateHMC would learn from them in the draws.
-        message = self.tails.choose(
-            states, potentials, self.learned.whitening, self._surrogate_field(chain),
-            lambda q: self._evaluate(chain, q, with_grad=False, record=False).potential,
-            lambda: self.evaluator.failures.raised, self.rng, stalled=self.exploration.probability > 0,
-        )
-        if message:
-            self._warn(chain, WarningType.CONVERGENCE, message, level="info")
-
-    def _choose_draw_bound(self, chain: ChainState) -> None:
-        """The draws' lowering of a black box's surrogate, from the final fit's data."""
-        learned = self.learned
-        if not self.draw_bound.enabled or learned.surrogate is None:
-            return
-        keep = self.refits.relevant()
-        potentials = learned.training.potentials[keep]
-        self.draw_bound.choose(
-            learned.surrogate, learned.training.positions[keep], potentials,
-            self.policy.weights(potentials, float(potentials.min()), self.dim),
-        )
-
     def _learns_from_store(self) -> bool:
         """Whether the chain learns from the evaluations other chains share: a surrogate
         learnt from model evaluations; never a noisy (pseudo-marginal) logp, whose
@@ -429,16 +385,24 @@ class SurrogateStep(ArrayStepShared):
         return SurrogateFit(self.surrogate, self.learned, self.policy, self.context, self.dim,
                             self.has_gradient)
 
-    def _refit_access(self, chain: ChainState) -> RefitAccess:
-        """What the refits ask of the step for ``chain`` (``adaptation/refit.py``)."""
-        return RefitAccess(
+    def _access(self, chain: ChainState) -> ChainAccess:
+        """What the adaptation asks of the step for ``chain`` (``adaptation/access.py``)."""
+        return ChainAccess(
             chain=chain, rng=self.rng, tune=self.tune,
             refit=lambda: self._refit(chain),
-            read_shared=lambda: self._read_shared(chain),
+            read_shared=lambda: self.tuner.read_shared(chain),
             warn=lambda kind, message, level="warn": self._warn(chain, kind, message, level),
             model_access=lambda: self._model_access(chain),
             field=lambda: self._surrogate_field(chain),
             adapted=lambda scale: self._adapted_to_surrogate(chain, scale),
+            evaluate=lambda q, with_grad, record=True: self._evaluate(chain, q, with_grad,
+                                                                      record),
+            evaluate_batch=lambda states: self._evaluate_batch(chain, states),
+            current_point=lambda q: self._current_point(chain, q),
+            surrogate_step=lambda current, record=True: self._surrogate_step(chain, current,
+                                                                             record),
+            key=self.evaluator.key,
+            raised=lambda: self.evaluator.failures.raised,
         )
 
     def _adapted_to_surrogate(self, chain: ChainState, chain_scale) -> None:
@@ -453,31 +417,6 @@ class SurrogateStep(ArrayStepShared):
             tempered(self.context.field(self.learned.surrogate), self.coverage.temperature),
             chain.frozen,
         )
-
-    def _read_shared(self, chain: ChainState) -> None:
-        """Add the other chains' new evaluations to the chain's training set (in tuning)."""
-        rows = None if chain.frozen else self.sharing.read(self.dim, self.context.dim)
-        if rows is not None:
-            rows = self.frame.rows_in_frame(rows)
-            self.learned.training.extend(rows.positions, rows.potentials, rows.gradients,
-                                         rows.contexts)
-
-    def _check_surrogate(self, chain: ChainState) -> None:
-        """In tuning on the surrogate alone, the checks of the model at the chain's states
-        (``surrogate_tuning.py``); back inside the support if the surrogate led the chain out."""
-        def evaluate(states: np.ndarray) -> list[ChainPoint]:
-            if self.exploration.batched:
-                return self._evaluate_batch(chain, states)
-            return [self._evaluate(chain, states[0], with_grad=self.has_gradient)]
-
-        def restart(point: ChainPoint) -> None:
-            chain.current, chain.current_approximate = point, False
-
-        self.surrogate_tuning.check(
-            chain.iteration, self.learned, self.schedule, self.coverage.tempers_tuning,
-            SurrogateChecks(
-                evaluate, self._surrogate_potential, restart, lambda: self._refit(chain),
-                lambda message: self._warn(chain, WarningType.BAD_PARAMS, message, "info")))
 
     def _surrogate_potential(self, q: np.ndarray) -> float:
         """The chain's (untempered) surrogate's potential at ``q``."""
@@ -538,14 +477,14 @@ class SurrogateStep(ArrayStepShared):
         if chain.on_surrogate:
             self.surrogate_tuning.after_move(info, chain.current, self.kernel, self.learned)
         elif self.tune and not chain.frozen:
-            self._adapt(chain, info, exploring)
+            self.tuner.update(self._access(chain), info, exploring)
             if exploring:  # after the fit decision, which counts the iterations before this
                 self.sharing.count_exploration(self.exploration.units)
         self._after_iteration(chain, info)
         chain.iteration += 1
         chain.current, chain.current_approximate = info.point, chain.on_surrogate
         if chain.on_surrogate:  # may evaluate the state, or move the chain back into the support
-            self._check_surrogate(chain)
+            self.tuner.check_surrogate(self._access(chain), self._surrogate_potential)
         chain.current_key = self.evaluator.key(chain.current.q)
 
         # 4. stats (and, in the draws, the chain's health)
@@ -581,15 +520,6 @@ class SurrogateStep(ArrayStepShared):
         if np.isfinite(stats["model_logp"]):
             stats["model_logp"] = self.frame.model_logp(chain.current)
         return RaveledVars(q, q0.point_map_info), [stats]
-
-    def _adapt(self, chain: ChainState, info: TransitionInfo, exploring: bool) -> None:
-        """Step sizes, path length, mass matrix, tuning trace, and the refit schedule."""
-        if exploring:
-            self.exploration.adapt(info, self.kernel, self.learned.surrogate is not None)
-        else:
-            self.kernel.adapt(info)
-        self.learned.add_state(info.point.q, info.point.potential)
-        self.refits.update(self._refit_access(chain), info)
 
     def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
                     surrogate: bool) -> SamplerWarning | None:
@@ -638,27 +568,8 @@ class SurrogateStep(ArrayStepShared):
 
     # ------------------------------------------------------------- the frame
     def _refit(self, chain: ChainState) -> None:
-        """The frame first (where the step learns one), then the surrogate in it."""
-        if not self.frame.learned:
-            return self.refits.refit(self._refit_access(chain))
-        old = self.frame.map
-        states = self.refits.late_states()[0]
-        new = self.frame.fitted(states if old is None else old.forward(states))
-        if new is not old:
-            self._reframe(chain, old, new)
-        failed = self.learned.failed_fits
-        self.refits.refit(self._refit_access(chain))
-        if self.learned.failed_fits > failed and new is not old:
-            self._reframe(chain, new, old)  # the kept surrogate is in the old frame
-
-    def _reframe(self, chain: ChainState, old, new) -> None:
-        """Everything the chain keeps in coordinates, from ``old``'s frame to ``new``'s."""
-        self.learned.reframe(lambda q, u, g: convert(q, u, g, old, new))
-        if chain.current is not None:
-            chain.current = convert_point(chain.current, old, new)
-            chain.current_key = self.evaluator.key(chain.current.q)
-        self.surrogate_tuning.reframe(lambda point: convert_point(point, old, new))
-        self.frame.use(new)
+        """Hook: a refit (``Tuner.refit``: the frame first, then the surrogate in it)."""
+        self.tuner.refit(self._access(chain))
 
     # ------------------------------------------------------------ PyMC hooks
     @staticmethod

@@ -12,7 +12,6 @@ from pymc_surrogate.core.types import TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.kernel_fit import KernelFit
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
-from pymc_surrogate.step_methods.adaptation.transport_frame import convert
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.settings import gradient_setting
 from pymc_surrogate.surrogates.kernel_exp_family import (
@@ -240,11 +239,6 @@ class KernelHMC(SurrogateStep):
         if not self.chain.frozen:
             self.fit.freeze_history()
         super().stop_tuning()
-
-    def _reframe(self, chain, old, new) -> None:
-        """The history in the chain's new coordinates too (a change of frame)."""
-        self.fit.reframe(lambda states: convert(states, np.zeros(len(states)), None, old, new)[0])
-        super()._reframe(chain, old, new)
 
     def _surrogate_fit(self) -> KernelFit:
         """Score matching to the chain's history, judged by the model's values."""

@@ -301,10 +301,6 @@ class SparseGridHMC(SurrogateStep):
             self.exploration.never_in_draws()  # one target: exp(-U~) everywhere
             self.chain.current = self.chain.current_key = None  # its potential is U~ now
 
-    def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
-        if self.exact:
-            super()._choose_draw_length(chain, tuned)
-
     def _extra_stats(self, chain: ChainState) -> dict:
         point = chain.current
         inside = point is not None and self.grid_ is not None and self.grid_.contains(point.q)
@@ -346,7 +342,7 @@ class SparseGridHMC(SurrogateStep):
         """The first fit, at the end of the warm-up, builds the grid (outside the refit's
         numerical-failure guard: a failing model is reported, not retried)."""
         if self.grid_ is None:
-            self._read_shared(chain)
+            self.tuner.read_shared(chain)
             keep, training = self.refits.relevant(), self.learned.training
             self.precomputed.build(None if self.precomputed.given is not None else {
                 "positions": training.positions[keep], "potentials": training.potentials[keep],

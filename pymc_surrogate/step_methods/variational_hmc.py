@@ -182,7 +182,7 @@ class VariationalHMC(SurrogateStep):
         try:
             self.fit.learn(point, self.schedule.weight_reference)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
-            self.refits.online_failed(self._refit_access(chain), err)
+            self.refits.online_failed(self._access(chain), err)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         if not chain.frozen:
@@ -229,10 +229,6 @@ class VariationalHMC(SurrogateStep):
         super().stop_tuning()
         if not self.exact:
             self.exploration.never_in_draws()  # no exact fallback: no model evaluation
-
-    def _choose_draw_length(self, chain: ChainState, tuned: float) -> None:
-        if self.exact:
-            super()._choose_draw_length(chain, tuned)
 
     def _extra_stats(self, chain: ChainState) -> dict:
         surrogate = self.learned.surrogate

@@ -500,15 +500,21 @@ class _FailsFarFromTheData(SurrogateHMC):
     """The model raises at every evaluation of the heavy-tail check (a solver that fails
     far from where the chain has been)."""
 
-    def _choose_tail_jumps(self, chain):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        choose = self.tails.choose  # the check's trials evaluate the model in it
+
         def fails(q):
             raise RuntimeError("solver diverged")
 
-        original, self.functions.logp = self.functions.logp, fails
-        try:
-            super()._choose_tail_jumps(chain)
-        finally:
-            self.functions.logp = original
+        def failing_choose(*args, **kwargs):
+            original, self.functions.logp = self.functions.logp, fails
+            try:
+                return choose(*args, **kwargs)
+            finally:
+                self.functions.logp = original
+
+        self.tails.choose = failing_choose
 
 
 def test_a_model_that_raises_at_a_trial_gets_no_tail_jumps():

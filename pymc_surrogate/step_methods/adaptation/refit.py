@@ -12,32 +12,18 @@ sense of an ``(init, update, final)`` triple: ``update`` after each tuning itera
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from pymc.stats.convergence import WarningType
 
 from pymc_surrogate.core.adaptation import SurrogateWarmUp, warm_up_on_surrogate
 from pymc_surrogate.core.types import TransitionInfo
+from pymc_surrogate.step_methods.adaptation.access import ChainAccess
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["RefitAccess", "Refits"]
-
-
-class RefitAccess(NamedTuple):
-    """What a refit asks of the step for one chain (its closures, as ``ModelAccess``)."""
-
-    chain: ChainState
-    rng: np.random.Generator
-    tune: bool  # the step is in tuning
-    refit: Callable[[], None]  # the step's refit (its frame first, a grid built first)
-    read_shared: Callable[[], None]  # the other chains' new evaluations into the training set
-    warn: Callable[..., None]  # (kind, message, level="warn"): the chain's warning
-    model_access: Callable[[], Any]  # the exploration's ``ModelAccess``
-    field: Callable[[], Callable]  # the chain's surrogate field the kernels run on
-    adapted: Callable[[Whitening], None]  # after the step size: the step's own warm-ups
+__all__ = ["Refits"]
 
 
 class Refits:
@@ -116,7 +102,7 @@ class Refits:
         """Tuning iterations after which a surrogate is usually fitted and refined."""
         return int(max(1000, 2 * self.explore_steps))
 
-    def enough_data(self, access: RefitAccess) -> bool:
+    def enough_data(self, access: ChainAccess) -> bool:
         """Enough exploration (of all chains sharing a store) and enough points to fit."""
         access.read_shared()
         return (self.sharing.exploration() >= self.explore_steps
@@ -132,7 +118,7 @@ class Refits:
         return short + ([points] if points else [])
 
     # ----------------------------------------------------- update and final
-    def update(self, access: RefitAccess, info: TransitionInfo) -> None:
+    def update(self, access: ChainAccess, info: TransitionInfo) -> None:
         """After a tuning iteration: a first fit, a refit on the schedule, or a pause of
         a surrogate that stopped moving the chain."""
         chain = access.chain
@@ -152,7 +138,7 @@ class Refits:
         if self.schedule.wants_refit(chain.iteration, tempered):
             access.refit()
 
-    def final(self, access: RefitAccess) -> bool:
+    def final(self, access: ChainAccess) -> bool:
         """The fit on all tuning data when tuning ends; False if the draws have no surrogate."""
         chain, warn = access.chain, access.warn
         if self.learned.surrogate is None and not self.enough_data(access):
@@ -205,7 +191,7 @@ class Refits:
         return True
 
     # ------------------------------------------------------------- a refit
-    def refit(self, access: RefitAccess) -> None:
+    def refit(self, access: ChainAccess) -> None:
         """Re-estimate the posterior scale, the mass matrix and the surrogate.
 
         A numerical failure anywhere on the way (a singular system, a non-finite fit,
@@ -252,7 +238,7 @@ class Refits:
         self.exploration.resume()
         learned.fitted()
 
-    def _fit(self, access: RefitAccess, **settings) -> Any:
+    def _fit(self, access: ChainAccess, **settings) -> Any:
         """A new fit of the step's family to the training points near the typical set."""
         keep = self.relevant()
         if self.fit.weighted:
@@ -274,7 +260,7 @@ class Refits:
         self.kernel.new_surrogate()
         self.fit.use(self.learned.surrogate)
 
-    def choose_coverage(self, access: RefitAccess) -> None:
+    def choose_coverage(self, access: ChainAccess) -> None:
         """The temperature of the surrogate just fitted (no model evaluation)."""
         keep, training = self.relevant(), self.learned.training
         message = self.coverage.choose(
@@ -284,7 +270,7 @@ class Refits:
         if message:
             access.warn(WarningType.CONVERGENCE, message)
 
-    def _adapt_to_surrogate(self, access: RefitAccess, chain_scale: Whitening,
+    def _adapt_to_surrogate(self, access: ChainAccess, chain_scale: Whitening,
                             warm_up: SurrogateWarmUp) -> None:
         """Mass matrix and step size from the surrogate's own draws (``MassMatrix.adapt``):
         no model evaluation."""
@@ -297,7 +283,7 @@ class Refits:
         )
         self.kernel.use(step_size=step)
 
-    def _warm_up(self, access: RefitAccess, chain_scale: Whitening, field,
+    def _warm_up(self, access: ChainAccess, chain_scale: Whitening, field,
                  initial_step: float, n_samples: int = 0) -> SurrogateWarmUp:
         """HMC on ``field`` (``q -> (U~, dU~/dq)``) alone with the chain's metric: no
         model evaluation (the family may tune on a field of its own)."""
@@ -312,7 +298,7 @@ class Refits:
 
     # ------------------------------------------------------ spurious wells
     def _without_spurious_well(
-        self, access: RefitAccess, chain_scale: Whitening, fitted
+        self, access: ChainAccess, chain_scale: Whitening, fitted
     ) -> tuple[Any, SurrogateWarmUp]:
         """The new fit, or the first tamer refit whose own draws are not in a spurious well.
 
@@ -337,7 +323,7 @@ class Refits:
             first = first or (candidate, warm_up)
         return first
 
-    def _tamer_fits(self, access: RefitAccess):
+    def _tamer_fits(self, access: ChainAccess):
         """Successively less flexible fits to the same data (the family's ``tamer_settings``)."""
         for settings in self.fit.tamer_settings:
             try:
@@ -363,7 +349,7 @@ class Refits:
         return bool(np.min(potentials, initial=np.inf) < floor)
 
     # ------------------------------------------------------ online learners
-    def online_failed(self, access: RefitAccess, err: Exception) -> None:
+    def online_failed(self, access: ChainAccess, err: Exception) -> None:
         """A numerically broken online update: keep the last good surrogate, stop learning
         until the next batch fit (recursive least squares can lose positive definiteness
         on an ill-conditioned basis: 20-d linear inverse problem, condition number 2e8).

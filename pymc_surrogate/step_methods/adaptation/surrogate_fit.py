@@ -109,6 +109,9 @@ class SurrogateFit(ChainPart):
     def use(self, surrogate: Any) -> None:
         """Hook: ``surrogate`` has become the chain's."""
 
+    def reframe(self, to_new: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Hook: what the family keeps in the chain's coordinates, into a new frame's."""
+
     # --------------------------------------------------------------- the scale
     def scale_frame(self) -> Whitening | None:
         """A scale known before sampling, in which mass matrices are estimated (None: the

@@ -51,7 +51,7 @@ def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> Coverage:
     for q in rng.standard_normal((1000, 2)):
         step.learned.add_state(q, 0.5 * q @ q)
     step.learned.use(_Gaussian(sd, wiggle), online=False)
-    step.refits.choose_coverage(step._refit_access(chain))
+    step.refits.choose_coverage(step._access(chain))
     return step.coverage
 
 
