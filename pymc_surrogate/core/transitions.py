@@ -36,6 +36,7 @@ __all__ = [
     "hmc_move",
     "exact_hmc_transition",
     "surrogate_hmc_transition",
+    "surrogate_only_transition",
     "surrogate_transition",
     "correct_surrogate_move",
     "differential_evolution_jump",
@@ -113,6 +114,24 @@ def exact_hmc_transition(
         diverging=move.diverged or move.energy_error > max_energy_error,
         energy=hamiltonian(move.potential, move.kinetic), energy_error=move.energy_error,
         surrogate_energy_error=move.energy_error, n_steps=move.n_steps, step_size=move.step_size,
+    )
+
+
+def surrogate_only_transition(
+    current: ChainPoint, value_and_grad: ValueAndGrad, metric: Metric, step_size: float,
+    path_length: float, max_energy_error: float, rng: np.random.Generator,
+) -> TransitionInfo:
+    """HMC accepted with the surrogate's own energy: exact for ``exp(-U~)``, not for the
+    model (an approximate mode's draws; the point's potential is the surrogate's)."""
+    value, grad = value_and_grad(current.q)
+    move = hmc_move(current.q, value, grad, value_and_grad, metric, step_size, path_length,
+                    max_energy_error, rng)
+    return TransitionInfo(
+        point=ChainPoint(move.q, move.potential, None), accepted=move.accepted,
+        accept_prob=move.accept_prob, adapt_stat=move.accept_prob,
+        diverging=move.diverged, energy=hamiltonian(move.potential, move.kinetic),
+        energy_error=move.energy_error, surrogate_energy_error=move.energy_error,
+        n_steps=move.n_steps, step_size=move.step_size,
     )
 
 

@@ -176,7 +176,7 @@ class SurrogateStep(ArrayStepShared):
         self.tune = True
         super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
         self.context = BlockContext(self.functions.shared, self.dim, owner)
-        self.learned = LearnedSurrogate(self.dim, self.context.dim)
+        self.learned = LearnedSurrogate(self.dim, self.context.dim, self.policy)
         self.explore_executor, self.explore_tries = exploration_executor(
             executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
         if isinstance(frame, str) and frame == "auto":  # the learned frame where it can run

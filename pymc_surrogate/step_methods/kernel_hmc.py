@@ -13,7 +13,7 @@ from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.kernel_fit import KernelFit
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
-from pymc_surrogate.step_methods.settings import gradient_setting
+from pymc_surrogate.step_methods.settings import kernel_settings
 from pymc_surrogate.surrogates.kernel_exp_family import (
     KernelExpFamilyFinite,
     KernelExpFamilyLite,
@@ -25,6 +25,14 @@ __all__ = ["KernelHMC"]
 #: n = 500-1000, d = 8), so it vanishes like 1/t (about ln t updates); a finite update
 #: folds the new states in at O(d m^2) each (3 ms at m = 300, d = 8), so 1/sqrt(t).
 AUTO_DECAY = {"lite": 1.0, "finite": 0.5}
+#: Told when a pseudo-marginal KernelHMC samples only some of the model's variables.
+PARTIAL_PSEUDO_MARGINAL = (
+    "KernelHMC(pseudo_marginal=True) samples only some of the model's variables. When "
+    "another step changes variables the likelihood estimate depends on, the stored "
+    "estimate no longer applies and is recomputed at the new values: the compound sampler "
+    "is then not an exact pseudo-marginal scheme. Give KernelHMC every continuous variable "
+    "the noisy likelihood depends on."
+)
 
 
 class KernelHMC(SurrogateStep):
@@ -177,60 +185,23 @@ class KernelHMC(SurrogateStep):
         use_gradient: bool | str = "auto",
         **kwargs,
     ):
-        for name, value in (("adapt_in_draws", adapt_in_draws),
-                            ("pseudo_marginal", pseudo_marginal)):
-            if not isinstance(value, bool | np.bool_):
-                raise ValueError(f"{name} must be True or False; got {value!r}.")
-        use_gradient = gradient_setting(use_gradient, type(self).__name__)
-        if use_gradient == "auto" and pseudo_marginal:
-            use_gradient = False  # the gradient of a noisy estimate is not the posterior's
         if "form" in kwargs:
             raise TypeError(
                 "KernelHMC's form is the surrogate it is given: surrogate=KernelExpFamilyFinite() "
                 "for the finite form, KernelExpFamilyLite() (the default) for the lite one "
                 "(from pymc_surrogate.surrogates).")
-        form = "finite" if isinstance(kwargs.get("surrogate"), KernelExpFamilyFinite) else "lite"
-        if adaptation_decay == "auto":
-            adaptation_decay = AUTO_DECAY[form]
-        elif isinstance(adaptation_decay, str | bool) or not (
-            np.isscalar(adaptation_decay) and 0 < adaptation_decay <= 1
-        ):
-            raise ValueError(
-                "adaptation_decay must be 'auto' or lie in (0, 1] so that the adaptation "
-                f"probabilities sum to infinity; got {adaptation_decay!r}."
-            )
-        if pseudo_marginal and use_gradient is True:
-            raise ValueError(
-                "use_gradient=True with pseudo_marginal=True: the gradient of a noisy "
-                "likelihood estimate is not the posterior's. KernelHMC needs no gradient."
-            )
-        self.form = form
-        self.adapt_in_draws = bool(adapt_in_draws)
-        self.adaptation_decay = float(adaptation_decay)
-        self.pseudo_marginal = bool(pseudo_marginal)
+        self.form = ("finite" if isinstance(kwargs.get("surrogate"), KernelExpFamilyFinite)
+                     else "lite")
+        (self.temperature, self.adapt_in_draws, self.adaptation_decay, self.pseudo_marginal,
+         use_gradient) = kernel_settings(temperature, adapt_in_draws, adaptation_decay,
+                                         pseudo_marginal, use_gradient, AUTO_DECAY[self.form])
         self.policy = TrainingPolicy(
-            source="chain_states", refit="online" if form == "finite" else "geometric",
+            source="chain_states", refit="online" if self.form == "finite" else "geometric",
             learn_in_draws=self.adapt_in_draws,
         )
-        if not (isinstance(temperature, str) and temperature == "auto") and (
-            isinstance(temperature, str | bool) or not (
-                np.isscalar(temperature) and np.isfinite(temperature) and temperature >= 1)
-        ):
-            raise ValueError(
-                f"temperature must be 'auto' or a finite number >= 1; got {temperature!r}.")
-        self.temperature = temperature if temperature == "auto" else float(temperature)
         super().__init__(vars, use_gradient=use_gradient, **kwargs)
         if self.pseudo_marginal and self.functions.shared:
-            warnings.warn(
-                "KernelHMC(pseudo_marginal=True) samples only some of the model's "
-                "variables. When another step changes variables the likelihood estimate "
-                "depends on, the stored estimate no longer applies and is recomputed at "
-                "the new values: the compound sampler is then not an exact "
-                "pseudo-marginal scheme. Give KernelHMC every continuous variable the "
-                "noisy likelihood depends on.",
-                UserWarning,
-                stacklevel=2,
-            )
+            warnings.warn(PARTIAL_PSEUDO_MARGINAL, UserWarning, stacklevel=2)
 
     def default_surrogate(self) -> KernelExpFamilyLite:
         return KernelExpFamilyLite(max_points=1000)

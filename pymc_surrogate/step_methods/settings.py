@@ -332,6 +332,64 @@ def block_variables(model, vars, initial_point: dict, owner: str) -> list:
     return vars
 
 
+#: VariationalHMC's ``gradient=`` of earlier releases (now ``use_gradient``).
+GRADIENTS = ("model", "finite_difference")
+
+
+def variational_settings(exact, t0, stop_error, gradient) -> tuple:
+    """VariationalHMC's ``exact``, ``t0`` and ``stop_error``, checked, and the old
+    ``gradient=`` (told it is deprecated)."""
+    if not isinstance(exact, bool | np.bool_):
+        raise ValueError(f"exact must be True or False; got {exact!r}.")
+    if gradient is not None:
+        if gradient not in GRADIENTS:
+            raise ValueError(f"gradient must be one of {GRADIENTS}; got {gradient!r}.")
+        _deprecated(f"VariationalHMC(gradient={gradient!r}) is deprecated: use use_gradient="
+                    f"{'auto' if gradient == 'model' else FINITE_DIFFERENCE!r}.")
+    if t0 != "tune" and (not isinstance(t0, int | np.integer) or t0 < 1):
+        raise ValueError(
+            f"t0 must be 'tune' or a positive number of tuning iterations; got {t0!r}.")
+    if stop_error is not None and not (np.isscalar(stop_error) and 0 < stop_error < 1):
+        raise ValueError(f"stop_error must be None or lie in (0, 1); got {stop_error!r}.")
+    return bool(exact), t0, stop_error, gradient
+
+
+def kernel_settings(temperature, adapt_in_draws, adaptation_decay, pseudo_marginal,
+                    use_gradient, auto_decay: float) -> tuple:
+    """KernelHMC's own settings, checked: ``temperature``, ``adapt_in_draws``,
+    ``adaptation_decay`` ("auto": ``auto_decay``, its form's), ``pseudo_marginal``, and
+    ``use_gradient`` ("auto" with a noisy logp: none)."""
+    for name, value in (("adapt_in_draws", adapt_in_draws), ("pseudo_marginal", pseudo_marginal)):
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(f"{name} must be True or False; got {value!r}.")
+    use_gradient = gradient_setting(use_gradient, "KernelHMC")
+    if use_gradient == AUTO and pseudo_marginal:
+        use_gradient = False  # the gradient of a noisy estimate is not the posterior's
+    if pseudo_marginal and use_gradient is True:
+        raise ValueError(
+            "use_gradient=True with pseudo_marginal=True: the gradient of a noisy "
+            "likelihood estimate is not the posterior's. KernelHMC needs no gradient."
+        )
+    if adaptation_decay == AUTO:
+        adaptation_decay = auto_decay
+    elif isinstance(adaptation_decay, str | bool) or not (
+        np.isscalar(adaptation_decay) and 0 < adaptation_decay <= 1
+    ):
+        raise ValueError(
+            "adaptation_decay must be 'auto' or lie in (0, 1] so that the adaptation "
+            f"probabilities sum to infinity; got {adaptation_decay!r}."
+        )
+    if not (isinstance(temperature, str) and temperature == AUTO) and (
+        isinstance(temperature, str | bool) or not (
+            np.isscalar(temperature) and np.isfinite(temperature) and temperature >= 1)
+    ):
+        raise ValueError(
+            f"temperature must be 'auto' or a finite number >= 1; got {temperature!r}.")
+    temperature = temperature if temperature == AUTO else float(temperature)
+    return (temperature, bool(adapt_in_draws), float(adaptation_decay), bool(pseudo_marginal),
+            use_gradient)
+
+
 def check_settings(owner: str, kwargs: dict, target_accept) -> None:
     if kwargs:
         raise TypeError(f"Unexpected arguments for {owner}: {sorted(kwargs)}.")

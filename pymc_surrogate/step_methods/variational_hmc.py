@@ -8,15 +8,14 @@ import numpy as np
 from pymc.step_methods.compound import Competence
 from pymc.vartypes import continuous_types
 
-from pymc_surrogate.core.metropolis import hamiltonian
-from pymc_surrogate.core.transitions import hmc_move
+from pymc_surrogate.core.transitions import surrogate_only_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.score_fit import ScoreFit
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
-from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE
+from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE, variational_settings
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.score_network import (
     ScoreNetworkSurrogate,
@@ -24,8 +23,20 @@ from pymc_surrogate.surrogates.score_network import (
 
 __all__ = ["VariationalHMC"]
 
-#: VariationalHMC's ``gradient=`` of earlier releases (now ``use_gradient``).
-GRADIENTS = ("model", "finite_difference")
+#: Refused: a model with no gradient and no ``use_gradient="finite_difference"``.
+NO_GRADIENT = (
+    "VariationalHMC learns from the gradient of the model's logp, and this model has none "
+    "PyTensor can compute (an Op without a gradient, or use_gradient=False). Sample it with "
+    "the gradient-free SurrogateHMC or AdaptiveSurrogateHMC, or pass "
+    "use_gradient='finite_difference' (central differences: {evaluations} more logp "
+    "evaluations per training point)."
+)
+#: Told with ``exact=False``.
+FREE_FORM = (
+    "VariationalHMC(exact=False): after tuning, the draws are HMC on the surrogate alone, "
+    "with no model evaluation; they follow the surrogate, not the model, and are only as "
+    "good as its fit (stat `approximate`). Use exact=True for draws of the exact posterior."
+)
 
 
 class VariationalHMC(SurrogateStep):
@@ -118,43 +129,15 @@ class VariationalHMC(SurrogateStep):
         stop_error: float | None = None,
         **kwargs,
     ):
-        if not isinstance(exact, bool | np.bool_):
-            raise ValueError(f"exact must be True or False; got {exact!r}.")
-        gradient = kwargs.pop("gradient", None)
-        if gradient is not None:
-            if gradient not in GRADIENTS:
-                raise ValueError(f"gradient must be one of {GRADIENTS}; got {gradient!r}.")
-            warnings.warn(
-                f"VariationalHMC(gradient={gradient!r}) is deprecated: use use_gradient="
-                f"{'auto' if gradient == 'model' else FINITE_DIFFERENCE!r}. The old spelling "
-                "will be removed in the next release.", FutureWarning, stacklevel=2)
-        if t0 != "tune" and (not isinstance(t0, int | np.integer) or t0 < 1):
-            raise ValueError(f"t0 must be 'tune' or a positive number of tuning iterations; got {t0!r}.")
-        if stop_error is not None and not (np.isscalar(stop_error) and 0 < stop_error < 1):
-            raise ValueError(f"stop_error must be None or lie in (0, 1); got {stop_error!r}.")
-        self.exact = bool(exact)
+        self.exact, self.t0, self.stop_error, gradient = variational_settings(
+            exact, t0, stop_error, kwargs.pop("gradient", None))
         # the old gradient="finite_difference": differences only where PyTensor has no gradient
         self._difference_if_needed = gradient == FINITE_DIFFERENCE
-        self.t0 = t0
-        self.stop_error = stop_error
         super().__init__(vars, **kwargs)
         if not self.has_gradient:
-            raise ValueError(
-                "VariationalHMC learns from the gradient of the model's logp, and this model "
-                "has none PyTensor can compute (an Op without a gradient, or "
-                "use_gradient=False). Sample it with the gradient-free SurrogateHMC or "
-                "AdaptiveSurrogateHMC, or pass use_gradient='finite_difference' (central "
-                f"differences: {2 * self.dim} more logp evaluations per training point)."
-            )
+            raise ValueError(NO_GRADIENT.format(evaluations=2 * self.dim))
         if not self.exact:
-            warnings.warn(
-                "VariationalHMC(exact=False): after tuning, the draws are HMC on the "
-                "surrogate alone, with no model evaluation; they follow the surrogate, not "
-                "the model, and are only as good as its fit (stat `approximate`). Use "
-                "exact=True for draws of the exact posterior.",
-                UserWarning,
-                stacklevel=2,
-            )
+            warnings.warn(FREE_FORM, UserWarning, stacklevel=2)
 
     @staticmethod
     def competence(var, has_grad):
@@ -192,12 +175,6 @@ class VariationalHMC(SurrogateStep):
         # The free-form mode samples the surrogate itself: a temperature would change its target.
         return self.exact and super()._measures_coverage()
 
-    def _refit(self, chain: ChainState) -> None:
-        """Batch refits (new whitening and nodes, all the data) until the stopping time."""
-        if self.fit.stopped and self.learned.surrogate is not None:
-            return
-        super()._refit(chain)
-
     # ------------------------------------------------- the free-form variational mode
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         if self.exact or not chain.frozen or self.learned.surrogate is None:
@@ -210,20 +187,12 @@ class VariationalHMC(SurrogateStep):
                         record: bool = True) -> TransitionInfo:
         if self.exact or not chain.frozen:
             return super()._surrogate_step(chain, current, record)
-        # vhmc Algorithm 2 after t0: Metropolis with the surrogate's own energy. The
-        # point's potential is the surrogate's (stat `model_logp`, `lp` in ArviZ, is NaN in these draws).
-        field = self._surrogate_field(chain)
-        value, grad = field(current.q)
-        move = hmc_move(current.q, value, grad, field, self.kernel.metric,
-                        self.kernel.step_adapt.current(False), self.kernel.path_length,
-                        self.kernel.max_energy_error, self.rng)
-        return TransitionInfo(
-            point=ChainPoint(move.q, move.potential, None), accepted=move.accepted,
-            accept_prob=move.accept_prob, adapt_stat=move.accept_prob,
-            diverging=move.diverged, energy=hamiltonian(move.potential, move.kinetic),
-            energy_error=move.energy_error, surrogate_energy_error=move.energy_error,
-            n_steps=move.n_steps, step_size=move.step_size,
-        )
+        # vhmc Algorithm 2 after t0: Metropolis with the surrogate's own energy (stat
+        # `model_logp`, `lp` in ArviZ, is NaN in these draws).
+        return surrogate_only_transition(
+            current, self._surrogate_field(chain), self.kernel.metric,
+            self.kernel.step_adapt.current(False), self.kernel.path_length,
+            self.kernel.max_energy_error, self.rng)
 
     def stop_tuning(self):
         super().stop_tuning()
@@ -231,15 +200,4 @@ class VariationalHMC(SurrogateStep):
             self.exploration.never_in_draws()  # no exact fallback: no model evaluation
 
     def _extra_stats(self, chain: ChainState) -> dict:
-        surrogate = self.learned.surrogate
-        approximate = not self.exact and chain.frozen and surrogate is not None
-        stats = {
-            "approximate": approximate,
-            "learning": not chain.frozen and self.fit.learning,
-            "score_error": self.fit.score_error,
-            "laplace_weight": 1.0 - surrogate.mu_ if surrogate is not None else np.nan,
-        }
-        if approximate:
-            stats["model_logp"] = np.nan
-        return stats
-
+        return self.fit.stats(self.exact, chain.frozen)

@@ -47,12 +47,14 @@ class LearnedSurrogate(ChainPart):
         The block's dimension.
     context_dim : int
         The other blocks' values kept with each training point (a compound step).
+    policy : TrainingPolicy
+        The energy window and mode depth of the points a fit learns from.
     """
 
     _state_class = LearnedSurrogateState
 
-    def __init__(self, dim: int, context_dim: int):
-        self.dim, self.context_dim = dim, context_dim
+    def __init__(self, dim: int, context_dim: int, policy):
+        self.dim, self.context_dim, self.policy = dim, context_dim, policy
         self.reset()
 
     def reset(self) -> None:
@@ -75,6 +77,22 @@ class LearnedSurrogate(ChainPart):
         start = len(self.positions) // 2
         positions = np.array(self.positions[start:]).reshape(-1, self.dim)
         return positions, np.array(self.position_potentials[start:])
+
+    def relevant(self) -> np.ndarray:
+        """Indices of the training points a fit learns from: within the energy window
+        above the lowest of them, none deeper than ``TrainingPolicy.mode_depth`` below the
+        chain's lowest late tuning state.
+
+        A climb to the mode on a funnel reaches the density's peak in the neck, where
+        there is no mass: referenced to it, the window kept only neck points (centred
+        eight schools: 50 of 1436-3165, potential -49 at log tau -13.55 where the chain's
+        states lay at 28-40; the d = 10 funnel: 3 of 717-2365, and every fit failed).
+        """
+        window = self.policy.energy_window(self.dim)
+        states = self.late_states()[1]
+        states = states[np.isfinite(states)]
+        floor = float(states.min()) - self.policy.mode_depth(self.dim) if states.size else -np.inf
+        return self.training.relevant(window, floor)
 
     def reframe(self, to_new: Callable) -> None:
         """Everything kept in coordinates into a new frame: ``to_new(q, u, g) -> (q, u, g)``."""

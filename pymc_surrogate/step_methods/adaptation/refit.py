@@ -83,20 +83,8 @@ class Refits:
         return self.learned.late_states()
 
     def relevant(self) -> np.ndarray:
-        """Indices of the training points a fit learns from: within the energy window
-        above the lowest of them, none deeper than ``TrainingPolicy.mode_depth`` below the
-        chain's lowest late tuning state.
-
-        A climb to the mode on a funnel reaches the density's peak in the neck, where
-        there is no mass: referenced to it, the window kept only neck points (centred
-        eight schools: 50 of 1436-3165, potential -49 at log tau -13.55 where the chain's
-        states lay at 28-40; the d = 10 funnel: 3 of 717-2365, and every fit failed).
-        """
-        window = self.policy.energy_window(self.dim)
-        states = self.late_states()[1]
-        states = states[np.isfinite(states)]
-        floor = float(states.min()) - self.policy.mode_depth(self.dim) if states.size else -np.inf
-        return self.learned.training.relevant(window, floor)
+        """Indices of the training points a fit learns from (``LearnedSurrogate.relevant``)."""
+        return self.learned.relevant()
 
     def suggested_tune(self) -> int:
         """Tuning iterations after which a surrogate is usually fitted and refined."""

@@ -115,6 +115,24 @@ class ScoreFit(SurrogateFit):
         return LaplaceTerm(scale.mean[: self.dim].copy(), inv_chol.T @ inv_chol)
 
 
+    def prepare_refit(self, access) -> bool:
+        """Batch refits (new whitening and nodes, all the data) until the stopping time."""
+        return not (self.stopped and self.learned.surrogate is not None)
+
+    def stats(self, exact: bool, frozen: bool) -> dict:
+        """VariationalHMC's own stats (``approximate``: the free-form mode's draws)."""
+        surrogate = self.learned.surrogate
+        approximate = not exact and frozen and surrogate is not None
+        stats = {
+            "approximate": approximate,
+            "learning": not frozen and self.learning,
+            "score_error": self.score_error,
+            "laplace_weight": 1.0 - surrogate.mu_ if surrogate is not None else np.nan,
+        }
+        if approximate:
+            stats["model_logp"] = np.nan
+        return stats
+
     # ------------------------------------------------------------ online learning
     @property
     def learning(self) -> bool:

@@ -109,6 +109,10 @@ class SurrogateFit(ChainPart):
     def use(self, surrogate: Any) -> None:
         """Hook: ``surrogate`` has become the chain's."""
 
+    def prepare_refit(self, access) -> bool:
+        """Hook before a refit (``Tuner.refit``): False skips it."""
+        return True
+
     def reframe(self, to_new: Callable[[np.ndarray], np.ndarray]) -> None:
         """Hook: what the family keeps in the chain's coordinates, into a new frame's."""
 

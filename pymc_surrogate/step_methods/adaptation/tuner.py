@@ -115,7 +115,10 @@ class Tuner:
     # ------------------------------------------------------------------- refit
     def refit(self, access: ChainAccess) -> None:
         """The frame first (where the step learns one), then the surrogate in it; back to
-        the old frame where the surrogate's fit failed (the kept surrogate is in it)."""
+        the old frame where the surrogate's fit failed (the kept surrogate is in it); none
+        where the family says so (``SurrogateFit.prepare_refit``)."""
+        if not self.fit.prepare_refit(access):
+            return None
         if not self.frame.learned:
             return self.refits.refit(access)
         old = self.frame.map
