@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
-from pymc.stats.convergence import WarningType
 
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
@@ -15,20 +13,18 @@ from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
 from pymc_surrogate.step_methods.grid.domain import GridDomain
 from pymc_surrogate.step_methods.grid.field import (
-    OUTSIDE_SHARE,
-    POOR_MOVE_RATE,
     GridPotential,
     ghmc_complete_transition,
-    outside_states_message,
-    poor_moves_message,
-    short_tuning_message,
 )
-from pymc_surrogate.step_methods.grid.grid_fit import GridFit
+from pymc_surrogate.step_methods.grid.grid_fit import (
+    COMPOUND_BLACK_BOX,
+    GHMC_COMPLETE,
+    GridFit,
+)
 from pymc_surrogate.step_methods.grid.precompute import (
     GridPrecompute,
     GridPrecomputeError,
     grid_settings,
-    load_grid,
 )
 from pymc_surrogate.step_methods.settings import GridBox, part_setting
 from pymc_surrogate.step_methods.state import ChainState
@@ -167,8 +163,8 @@ class SparseGridHMC(SurrogateStep):
         grid, domain, executor, max_workers, save_grid = grid_settings(
             owner, grid, part_setting(domain, GridBox, GridBox(), owner, "domain", kwargs),
             executor, progressbar, kwargs)
-        self.exact = bool(exact)
-        self.k = float(domain.k)
+        self._grid_settings = executor, max_workers, progressbar, save_grid
+        self.exact, self.k, self._domain = bool(exact), float(domain.k), domain
         self._grid_given = grid is not None
         self._start_at_centre = grid is None and domain.bounds is None
         super().__init__(vars, **kwargs)
@@ -177,53 +173,16 @@ class SparseGridHMC(SurrogateStep):
                 "SparseGridHMC builds its grid in the affine frame only: frame='triangular' "
                 "is SurrogateHMC's, AdaptiveSurrogateHMC's, VariationalHMC's and KernelHMC's.")
         if self.context.dim and not self.has_gradient:
-            warnings.warn(
-                "SparseGridHMC in a CompoundStep without a gradient: the grid interpolates "
-                "this block's potential at the other variables' values when it is built. "
-                "The draws stay exact (true-logp correction) but mix poorly when those values "
-                "move far; sample all continuous variables with one SparseGridHMC where you "
-                "can.",
-                UserWarning,
-                stacklevel=2,
-            )
-        # No model evaluation here: the grid is built at first use (``_refit``,
-        # ``_current_point``) or by ``precompute()``.
-        shape = GridDomain(self.dim, self.k, self.has_gradient)
-        self.precomputed = GridPrecompute(
-            owner, self.surrogate, shape, shape.given(domain.bounds, domain.mean, domain.cov),
-            self.k, executor, max_workers, progressbar, save_grid, self.functions,
-            self._model, self.vars, self.evaluator, self.has_gradient)
-        self.fit.precompute = self.precomputed
-        self.grid_field = GridPotential(self.precomputed, self.context, self.functions,
-                                        self.evaluator, self.has_gradient, self.k,
-                                        self.tuning.far_sd)
+            warnings.warn(COMPOUND_BLACK_BOX, UserWarning, stacklevel=2)
         if grid is not None:
-            loaded = load_grid(grid, self.dim)
-            self.precomputed.use(loaded, {
-                "nodes": loaded.n_nodes_, "model_evals": 0, "seconds": 0.0, "retried": 0,
-                "loaded": str(grid) if isinstance(grid, str | os.PathLike) else type(grid).__name__})
+            self.precomputed.load(grid)
             self.chain = self._new_chain()
         if not self.exact:
-            warnings.warn(
-                "SparseGridHMC(exact=False): the paper's GHMC-complete. After tuning, draws "
-                "inside the domain are accepted with the interpolated potential, not the "
-                "model's: they follow exp(-U~), whose KL divergence from the posterior is at "
-                "most 2 max|U - U~| (sparse-grid-hmc Thm 5.1), not the exact posterior "
-                "(stat `approximate`). Use exact=True for exact draws.",
-                UserWarning,
-                stacklevel=2,
-            )
+            warnings.warn(GHMC_COMPLETE, UserWarning, stacklevel=2)
 
     def default_surrogate(self):
         """None: the grid's kind follows the dimension (``GridPrecompute``)."""
         return None
-
-    # ------------------------------------------------------------ the chain
-    def _forget_the_old_data(self) -> None:
-        """The grid built from the old data's posterior goes too (a given one stays)."""
-        super()._forget_the_old_data()
-        if not self._grid_given:
-            self.precomputed.forget()
 
     grid_ = property(lambda self: self.precomputed.grid, doc="The fitted grid (or None).")
     box_ = property(lambda self: self.precomputed.box,
@@ -234,123 +193,79 @@ class SparseGridHMC(SurrogateStep):
     box_mean_ = property(lambda self: self.box_.mean, doc="The box's Gaussian's mean.")
     box_cov_ = property(lambda self: self.box_.cov, doc="The box's Gaussian's covariance.")
 
-    def _new_chain(self) -> ChainState:
-        chain = super()._new_chain()
-        if getattr(self, "grid_", None) is not None:  # (None while the step is made)
-            self._start_on_grid(chain)
-        return chain
-
-    def _surrogate_fit(self) -> GridFit:
-        """The grid, in its box's scale (``grid/grid_fit.py``)."""
-        return GridFit(self.surrogate, self.learned, self.policy, self.context, self.dim, self.has_gradient,
-                       self._surrogate_field)
-
-    def _measures_coverage(self) -> bool:
-        # The interpolant inside the box, the model outside: a temperature would break it
-        # at the faces. Its coverage is the box's (``GridPotential.outside_share``).
-        return False
-
-    def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
-        self._q_now = q
-        if self.grid_ is None and self.precomputed.given is not None:
-            self.precomputed.build()  # a given domain: built at first use
-        if (self.grid_ is not None and self.learned.surrogate is None and self.tune
-                and chain.iteration == 0):
-            self._start_on_grid(chain)
-        if (self.grid_ is not None and self.tune and chain.iteration == 0 and self._start_at_centre
-                and not self.grid_.contains(q) and self.grid_field.centre_is_higher(q)):
-            # Tuning starts at the Laplace mean (a mode estimate), as the skeleton's climb
-            # to the mode does: from PyMC's initial point far outside the box a black box's
-            # chain crawled on the continuation (conjugate regression: step size 1e-4,
-            # never in the box in 1800 iterations). Not for a box given as bounds (its
-            # centre need not be near the posterior), nor when the model says the centre
-            # is less probable than the start (a banana's probe put it at beta = (9, 7.5),
-            # where chains that started crawled: R-hat 3).
-            q = self.box_.mean.copy()
-        if not self._approximate(chain):
-            return super()._current_point(chain, q)
-        if chain.current is not None and chain.current_key == self.evaluator.key(q):
-            return chain.current
-        return ChainPoint(q, self.grid_field.grid_potential(q, self._unrecorded(chain)), None)
-
-    def stop_tuning(self):
-        chain = self.chain
-        first = not chain.frozen
-        if self.grid_ is None:  # tuning ended before the warm-up did
-            return super().stop_tuning()
-        states = self.refits.late_states()[0]
-        share = self.grid_field.outside_share(states) if first and not self.has_gradient else 0.0
-        moves = self.grid_field.move_rate_in_box(states) if first else None
-        tuned = chain.iteration
-        super().stop_tuning()
-        if moves is not None and moves < POOR_MOVE_RATE:
-            self._warn(chain, WarningType.BAD_ACCEPTANCE, poor_moves_message(moves))
-        # the first re-adaptation on the grid (``_new_chain`` sets the schedule's start at 1)
-        first_refit = int(np.ceil(self.tuning.refit_growth + self.tuning.refit_offset))
-        if first and tuned < first_refit:
-            self._warn(chain, WarningType.BAD_PARAMS, short_tuning_message(
-                tuned, first_refit, self.refits.suggested_tune()))
-        if (self.exact and share > self.grid_field.outside_threshold()
-                and self.exploration.probability == 0.0):
-            self.exploration.freeze(self._model_access(chain), self.rng,
-                                    probability=min(share, OUTSIDE_SHARE[1]))
-            if share > 0.2:
-                self._warn(chain, WarningType.BAD_PARAMS,
-                           outside_states_message(share, self.exploration.probability))
-        if not self.exact:
-            self.exploration.never_in_draws()  # one target: exp(-U~) everywhere
-            self.chain.current = self.chain.current_key = None  # its potential is U~ now
-
-    def _extra_stats(self, chain: ChainState) -> dict:
-        point = chain.current
-        inside = point is not None and self.grid_ is not None and self.grid_.contains(point.q)
-        stats = {"approximate": self._approximate(chain), "in_domain": inside}
-        if stats["approximate"]:
-            stats["model_logp"] = np.nan
-        return stats
-
-    # --------------------------------------------- the grid (``grid/precompute.py``)
     def precompute(self):
         """Build the grid now, over the domain given (``domain=GridBox(...)`` with
         ``bounds``, or ``mean`` and ``cov``), and return it (as ``grid_``; its cost in
         ``precompute_``). Without a given domain the grid is built at the end of the first
         chain's warm-up; a step made with ``grid=`` has one already."""
         if self.grid_ is None:
-            if self.precomputed.given is None:
-                raise ValueError(
-                    "SparseGridHMC.precompute() needs the domain (domain=GridBox(bounds=...), "
-                    "or GridBox(mean=..., cov=...)); "
-                    "without it the grid is built from the warm-up, in pm.sample.")
-            self.precomputed.build()
+            self.precomputed.build_given()
         return self.grid_
 
-    def _start_on_grid(self, chain: ChainState) -> None:
+    # ------------------------------------------------------------ the grid family
+    def _surrogate_fit(self) -> GridFit:
+        """The grid, in its box's scale (``grid/grid_fit.py``): no model evaluation here;
+        the grid is built at first use (``GridFit.prepare_refit``, ``_current_point``) or
+        by ``precompute()``."""
+        executor, max_workers, progressbar, save_grid = self._grid_settings
+        shape, box = GridDomain(self.dim, self.k, self.has_gradient), self._domain
+        self.precomputed = GridPrecompute(
+            type(self).__name__, self.surrogate, shape, shape.given(box.bounds, box.mean, box.cov),
+            self.k, executor, max_workers, progressbar, save_grid, self.functions,
+            self._model, self.vars, self.evaluator, self.has_gradient)
+        self.grid_field = GridPotential(self.precomputed, self.context, self.functions,
+                                        self.evaluator, self.has_gradient, self.k,
+                                        self.tuning.far_sd)
+        return GridFit(self.surrogate, self.learned, self.policy, self.context, self.dim,
+                       self.has_gradient, self._surrogate_field, self.precomputed,
+                       self.grid_field, self.exploration, self.tuning)
+
+    def _forget_the_old_data(self) -> None:
+        """The grid built from the old data's posterior goes too (a given one stays)."""
+        super()._forget_the_old_data()
+        if not self._grid_given:
+            self.precomputed.forget()
+
+    def _new_chain(self) -> ChainState:
+        chain = super()._new_chain()
+        if getattr(self, "grid_", None) is not None:  # (None while the step is made)
+            self._start_on_grid()
+        return chain
+
+    def _start_on_grid(self) -> None:
         """A chain that starts on a grid built before it (given, or by an earlier chain of
-        this process): the box's Gaussian as its first metric, no warm-up."""
+        this process): the box's Gaussian as its first metric, no warm-up; the metric and
+        step size re-adapt on the grid at the refit times from iteration 52 on."""
         self.kernel.use(metric=self.precomputed.box_metric(
             self.kernel_settings.dense_mass is not False, self.rng.spawn(1)[0]))
         self.refits.use_surrogate(self.grid_)
-        # The metric and step size re-adapt on the grid at the skeleton's refit times,
-        # from iteration 52 on (the first needs tuning states for the chain's scale).
-        self.schedule.last_iteration = 1
+        self.schedule.start_after(1)
+
+    def _measures_coverage(self) -> bool:
+        # The interpolant inside the box, the model outside: a temperature would break it
+        # at the faces. Its coverage is the box's (``GridPotential.outside_share``).
+        return False
 
     def _learns_from_store(self) -> bool:
         """The warm-up's box is found from every chain's evaluations (the store's)."""
         return not self.pseudo_marginal
 
-    def _refit(self, chain: ChainState) -> None:
-        """The first fit, at the end of the warm-up, builds the grid (outside the refit's
-        numerical-failure guard: a failing model is reported, not retried)."""
-        if self.grid_ is None:
-            self.tuner.read_shared(chain)
-            keep, training = self.refits.relevant(), self.learned.training
-            self.precomputed.build(None if self.precomputed.given is not None else {
-                "positions": training.positions[keep], "potentials": training.potentials[keep],
-                "mode_depth": self.policy.mode_depth(self.dim),
-                "probe": self.exploration.probe, "n_evaluations": len(training)})
-        super()._refit(chain)
+    # ------------------------------------------------------------ the iteration
+    def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
+        self._q_now = q
+        if self.grid_ is None and self.precomputed.given is not None:
+            self.precomputed.build()  # a given domain: built at first use
+        if self.grid_ is not None and self.tune and chain.iteration == 0:
+            if self.learned.surrogate is None:
+                self._start_on_grid()
+            if self._start_at_centre:
+                q = self.grid_field.tuning_start(q)
+        if not self._approximate(chain):
+            return super()._current_point(chain, q)
+        if chain.current is not None and chain.current_key == self.evaluator.key(q):
+            return chain.current
+        return ChainPoint(q, self.grid_field.grid_potential(q, self._unrecorded(chain)), None)
 
-    # ------------------------------------------------- the field (``grid/field.py``)
     def _unrecorded(self, chain: ChainState):
         """The chain's model evaluations that are no training data (``GridPotential``)."""
         return lambda q, with_grad: self._evaluate(chain, q, with_grad=with_grad, record=False)
@@ -365,20 +280,6 @@ class SparseGridHMC(SurrogateStep):
             return super()._explores_now(chain)
         return super()._explores_now(chain) or not self.grid_.contains(self._q_now)
 
-    def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
-                    surrogate: bool):
-        """The skeleton's chain health, and how much of the chain lies outside the box, at
-        the same checkpoints (draws 100, 200, 400, ...)."""
-        divergence = super()._watch_draw(chain, info, fallback, surrogate)
-        record = self.health
-        if not record.at_checkpoint() or self.grid_ is None:
-            return divergence
-        message = self.grid_field.outside_message(record.positions, record.draws,
-                                                  self._chain_name())
-        if message:
-            self.health.tell("outside_box", message, chain.iteration)
-        return divergence
-
     def _approximate(self, chain: ChainState) -> bool:
         return not self.exact and chain.frozen
 
@@ -391,3 +292,36 @@ class SparseGridHMC(SurrogateStep):
             current, self._surrogate_field(chain),
             lambda q, value: self.grid_field.grid_potential(q, evaluate, value),
             self.kernel, self.rng)
+
+    def stop_tuning(self):
+        first, on_grid = not self.chain.frozen, self.grid_ is not None
+        super().stop_tuning()
+        if not on_grid:  # tuning ended before the warm-up did
+            return
+        if first:
+            self.fit.tuning_ended(self._access(self.chain), self.exact,
+                                  self.refits.suggested_tune())
+        if not self.exact:
+            self.exploration.never_in_draws()  # one target: exp(-U~) everywhere
+            self.chain.current = self.chain.current_key = None  # its potential is U~ now
+
+    # ------------------------------------------------------------------ health and stats
+    def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
+                    surrogate: bool):
+        """The skeleton's chain health, and how much of the chain lies outside the box, at
+        the same checkpoints (draws 100, 200, 400, ...)."""
+        divergence = super()._watch_draw(chain, info, fallback, surrogate)
+        if self.health.at_checkpoint() and self.grid_ is not None:
+            message = self.grid_field.outside_message(self.health.positions,
+                                                      self.health.draws, self._chain_name())
+            if message:
+                self.health.tell("outside_box", message, chain.iteration)
+        return divergence
+
+    def _extra_stats(self, chain: ChainState) -> dict:
+        point = chain.current
+        inside = point is not None and self.grid_ is not None and self.grid_.contains(point.q)
+        stats = {"approximate": self._approximate(chain), "in_domain": inside}
+        if stats["approximate"]:
+            stats["model_logp"] = np.nan
+        return stats

@@ -60,6 +60,11 @@ class RefitSchedule(ChainPart):
         growth = self.tuning.tempered_refit_growth if tempered else self.tuning.refit_growth
         return iteration + 1 >= growth * self.last_iteration + self.tuning.refit_offset
 
+    def start_after(self, iteration: int) -> None:
+        """The first refit of a surrogate made before the chain (a grid): due as if one
+        had been fitted after ``iteration``."""
+        self.last_iteration = iteration
+
     def note(self, acceptance: float) -> None:
         """A surrogate step's correction acceptance in tune."""
         self.accept_since.append(acceptance)

@@ -98,6 +98,22 @@ class GridPrecompute:
         self.grid, self.info = grid, info
         self.box = BoxGaussian.of(grid, self.k)
 
+    def load(self, grid) -> None:
+        """A grid given to the step (``grid=``: fitted, or a file's), with no cost."""
+        loaded = load_grid(grid, self.dim)
+        self.use(loaded, {
+            "nodes": loaded.n_nodes_, "model_evals": 0, "seconds": 0.0, "retried": 0,
+            "loaded": str(grid) if isinstance(grid, str | os.PathLike) else type(grid).__name__})
+
+    def build_given(self) -> None:
+        """The grid over the domain given (``SparseGridHMC.precompute()``)."""
+        if self.given is None:
+            raise ValueError(
+                "SparseGridHMC.precompute() needs the domain (domain=GridBox(bounds=...), "
+                "or GridBox(mean=..., cov=...)); "
+                "without it the grid is built from the warm-up, in pm.sample.")
+        self.build()
+
     def box_metric(self, dense: bool, rng: np.random.Generator):
         """The box's Gaussian as a mass matrix: a chain's first metric on a grid built
         before it."""
