@@ -79,35 +79,19 @@ class AdaptiveSurrogateHMC(SurrogateHMC):
         return RandomNetworkSurrogate(max_hidden=200)
 
     def _on_evaluation(self, chain: ChainState, point: ChainPoint) -> None:
-        learned = self.learned
-        if learned.learner is None:
-            return
-        # Like the batch fit, learn only where the posterior lives: one far-out rejected
-        # proposal, 1e3 above the typical set, would otherwise bend the whole fit.
-        lowest = float(np.min(learned.training.potentials))
-        if point.potential > lowest + self.policy.energy_window(self.dim):
-            return
-        # weighted as the batch fit weighs its points, so the online fit continues it
-        weight = self.policy.weights(point.potential, self.schedule.weight_reference, self.dim)
         try:
-            learned.learner.partial_fit(
-                self.context.join(point.q)[None], np.array([point.potential]),
-                sample_weight=np.array([weight]),
-            )
+            self.fit.learn(point, self.schedule.weight_reference)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
             self.refits.online_failed(self._access(chain), err)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
-        if self.learned.learner is None or not self.policy.adapts(chain.frozen):
+        """The vanishing adaptation: a copy of the learner with probability ``a_t``."""
+        if self.fit.learner is None or not self.policy.adapts(chain.frozen):
             return
         t = chain.iteration - self.schedule.first_iteration + 1
         if t > 0 and self.rng.uniform() < t ** (-self.adaptation_decay):
             try:
-                candidate = self.learned.learner.snapshot()
-                # the lazily refreshed weights are checked here, not inside a trajectory
-                value, grad = self.context.field(candidate)(info.point.q)
-                if not (np.isfinite(value) and np.all(np.isfinite(grad))):
-                    raise FloatingPointError("the updated surrogate is not finite")
+                candidate = self.fit.snapshot_at(info.point.q)
             except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
                 self.refits.online_failed(self._access(chain), err)
                 return

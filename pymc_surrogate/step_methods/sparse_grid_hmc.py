@@ -311,17 +311,8 @@ class SparseGridHMC(SurrogateStep):
         """The skeleton's chain health, and how much of the chain lies outside the box, at
         the same checkpoints (draws 100, 200, 400, ...)."""
         divergence = super()._watch_draw(chain, info, fallback, surrogate)
-        if self.health.at_checkpoint() and self.grid_ is not None:
-            message = self.grid_field.outside_message(self.health.positions,
-                                                      self.health.draws, self._chain_name())
-            if message:
-                self.health.tell("outside_box", message, chain.iteration)
+        self.grid_field.watch(self.health, self._chain_name(), chain.iteration)
         return divergence
 
     def _extra_stats(self, chain: ChainState) -> dict:
-        point = chain.current
-        inside = point is not None and self.grid_ is not None and self.grid_.contains(point.q)
-        stats = {"approximate": self._approximate(chain), "in_domain": inside}
-        if stats["approximate"]:
-            stats["model_logp"] = np.nan
-        return stats
+        return self.grid_field.stats(chain.current, self._approximate(chain))

@@ -435,11 +435,11 @@ def test_when_every_refit_has_a_well_the_first_fit_is_kept(cls, settings):
     # the default fit follows the data best; a tamer one with the same well is no better
     kept = step.learned.surrogate
     assert kept.settings == {}
-    if step.learned.learner is not None:
+    if step.fit.learner is not None:
         # the online learner (the surrogate's partial_fit) continues the kept fit, not
         # another fit: the trajectories' surrogate is a copy of it
-        assert step.learned.learner.settings == {}
-        assert step.learned.learner.normal_equations_ is kept.normal_equations_
+        assert step.fit.learner.settings == {}
+        assert step.fit.learner.normal_equations_ is kept.normal_equations_
 
 
 def test_a_faithful_surrogate_is_not_refitted():

@@ -14,9 +14,9 @@ import copy
 from dataclasses import field
 
 import numpy as np
-from pymc.step_methods.state import DataClassState, dataclass_state
+from pymc.step_methods.state import dataclass_state
 
-from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
+from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit, SurrogateFitState
 from pymc_surrogate.surrogates.laplace import laplace_from_values, within_trust_region
 from pymc_surrogate.surrogates.whitening import Whitening
 
@@ -39,8 +39,8 @@ MAX_TEMPERATURE = 4.0
 
 
 @dataclass_state
-class KernelHistoryState(DataClassState):
-    """The chain's history the kernel learns from."""
+class KernelHistoryState(SurrogateFitState):
+    """The chain's history the kernel learns from (and the finite form's learner)."""
 
     states: list = field(default_factory=list)  # surrogate inputs (q, context) of the states
     frozen_start: int | None = None  # first state of the draws' history (past the burn-in)
@@ -150,7 +150,7 @@ class KernelFit(SurrogateFit):
         if t <= 0 or rng.uniform() >= t ** (-self.adaptation_decay):
             return
         if self.policy.online:
-            learner = learned.learner
+            learner = self.learner
             if learner is None:
                 return
             if self.learner_end < len(self.states):
@@ -174,7 +174,7 @@ class KernelFit(SurrogateFit):
     def adaptation_failed(self) -> bool:
         """A failed update: the finite learner is set aside; True the first time (to tell)."""
         if self.policy.online:
-            self.learned.stop_learning()
+            self.learner = None
         self.learned.failed()
         first, self.told_failure = not self.told_failure, True
         return first

@@ -1,16 +1,15 @@
 """``LearnedSurrogate``: what a chain has learned — its training data, its tuning states,
-the surrogate fitted to them and the posterior scale of that fit.
+the surrogate its trajectories run on and the posterior scale of its fit.
 
-The refits (``refit.py``) make a new surrogate and scale; the online policies
-(AdaptiveSurrogateHMC, VariationalHMC, KernelHMC's finite form) keep a learner that
-absorbs new points and swap a copy of it in by the vanishing adaptation; the evaluations
-(``evaluation/chain_evaluation.py``) add training data. Each does so through this part's
-methods, so the chain's learned state has one owner.
+The refits (``refit.py``) make a new surrogate and scale; the online policies swap in a
+newer copy of their learner (the family's, ``surrogate_fit.py``) by the vanishing
+adaptation; the evaluations (``evaluation/chain_evaluation.py``) and the other chains'
+shared rows add training data. Each does so through this part's methods, so the chain's
+learned state has one owner.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any
@@ -31,7 +30,6 @@ class LearnedSurrogateState(DataClassState):
     positions: list = field(default_factory=list)  # the chain's states in tune (for scale)
     position_potentials: list = field(default_factory=list)  # their true potentials (NaN: unknown)
     surrogate: Any = None  # what the trajectories run on (fixed within a transition)
-    learner: Any = None  # online policies: the surrogate that keeps learning (partial_fit)
     whitening: Whitening | None = None  # the posterior scale of the last fit
     fits: int = 0
     failed_fits: int = 0  # fits or online updates skipped for a numerical failure
@@ -62,6 +60,14 @@ class LearnedSurrogate(ChainPart):
         self.training = TrainingSet(self.dim, self.context_dim)
 
     # ------------------------------------------------------------- the data
+    def add_point(self, point, context: np.ndarray | None) -> None:
+        """A model evaluation (a finite ``ChainPoint``, at the other blocks' ``context``)."""
+        self.training.append(point.q, point.potential, point.grad, context)
+
+    def add_rows(self, rows) -> None:
+        """Rows other chains evaluated (``StoredRows``, in the chain's coordinates)."""
+        self.training.extend(rows.positions, rows.potentials, rows.gradients, rows.contexts)
+
     def add_state(self, q: np.ndarray, potential: float) -> None:
         """A tuning state of the chain and its true potential (NaN: not evaluated)."""
         self.positions.append(q)
@@ -105,32 +111,23 @@ class LearnedSurrogate(ChainPart):
     # ----------------------------------------------------------- the surrogate
     def snapshot(self) -> tuple:
         """What a failed refit restores (``restore``)."""
-        return self.surrogate, self.learner, self.whitening
+        return self.surrogate, self.whitening
 
     def restore(self, kept: tuple) -> None:
-        self.surrogate, self.learner, self.whitening = kept
+        self.surrogate, self.whitening = kept
 
     def use_scale(self, whitening: Whitening) -> None:
         """The posterior scale a refit estimated."""
         self.whitening = whitening
 
-    def use(self, surrogate: Any, online: bool) -> None:
-        """Make ``surrogate`` the chain's. ``online``: keep it as the learner
-        (``partial_fit``) and run the trajectories on a fixed copy, swapped for a newer one
-        only by the vanishing adaptation (``adopt``)."""
-        if online:
-            self.learner = surrogate
-            surrogate = copy.copy(surrogate)
+    def use(self, surrogate: Any) -> None:
+        """Make ``surrogate`` the one the chain's trajectories run on."""
         self.surrogate = surrogate
 
     def adopt(self, candidate: Any) -> None:
         """The vanishing adaptation swaps in a newer surrogate (counted in ``adaptations``)."""
         self.surrogate = candidate
         self.adaptations += 1
-
-    def stop_learning(self) -> None:
-        """The learner is set aside: its online updates have stopped or failed."""
-        self.learner = None
 
     def fitted(self) -> None:
         self.fits += 1

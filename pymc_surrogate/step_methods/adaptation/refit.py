@@ -11,6 +11,7 @@ sense of an ``(init, update, final)`` triple: ``update`` after each tuning itera
 
 from __future__ import annotations
 
+import copy
 import itertools
 from typing import Any
 
@@ -188,7 +189,8 @@ class Refits:
         refit schedule. It never ends the run.
         """
         chain, learned = access.chain, self.learned
-        kept = (learned.snapshot(), self.kernel.snapshot(), self.coverage.sampling_state)
+        kept = (learned.snapshot(), self.fit.learner, self.kernel.snapshot(),
+                self.coverage.sampling_state)
         access.read_shared()
         try:
             learned.use_scale(self._posterior_scale(dense=True))
@@ -207,8 +209,9 @@ class Refits:
             access.adapted(chain_scale)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
             learned.restore(kept[0])
-            self.kernel.restore(kept[1])
-            self.coverage.sampling_state = kept[2]
+            self.fit.keep_learner(kept[1])
+            self.kernel.restore(kept[2])
+            self.coverage.sampling_state = kept[3]
             # Try again on the refit schedule, not at every iteration.
             learned.failed()
             self.schedule.failed(chain.iteration, err)
@@ -222,7 +225,7 @@ class Refits:
             return
         self.schedule.fitted(chain.iteration, first)
         if first:  # exploration's kernel, kept for the fallback
-            self.exploration.keep_exact_kernel(*kept[1][:2])
+            self.exploration.keep_exact_kernel(*kept[2][:2])
         self.exploration.resume()
         learned.fitted()
 
@@ -230,7 +233,7 @@ class Refits:
         """A new fit of the step's family to the training points near the typical set."""
         keep = self.relevant()
         if self.fit.weighted:
-            self.schedule.weight_reference = float(np.min(self.learned.training.potentials[keep]))
+            self.schedule.weigh_from(float(np.min(self.learned.training.potentials[keep])))
         return self.fit.fit(access.chain, keep, access.rng, **settings)
 
     def _posterior_scale(self, dense: bool) -> Whitening:
@@ -243,10 +246,14 @@ class Refits:
         self.kernel.use(metric=self.mass_matrix.metric(scale, rng.spawn(1)[0]))
 
     def use_surrogate(self, surrogate) -> None:
-        """Make ``surrogate`` the chain's (an online policy's learner: ``LearnedSurrogate.use``)."""
-        self.learned.use(surrogate, self.policy.online)
+        """Make ``surrogate`` the chain's; an online policy keeps it as the family's learner
+        and runs the trajectories on a fixed copy (``SurrogateFit.keep_learner``)."""
+        if self.policy.online:
+            self.fit.keep_learner(surrogate)
+            surrogate = copy.copy(surrogate)
+        self.learned.use(surrogate)
         self.kernel.new_surrogate()
-        self.fit.use(self.learned.surrogate)
+        self.fit.use(surrogate)
 
     def choose_coverage(self, access: ChainAccess) -> None:
         """The temperature of the surrogate just fitted (no model evaluation)."""
@@ -342,7 +349,7 @@ class Refits:
         until the next batch fit (recursive least squares can lose positive definiteness
         on an ill-conditioned basis: 20-d linear inverse problem, condition number 2e8).
         Shared by the online learners (AdaptiveSurrogateHMC, VariationalHMC)."""
-        self.learned.stop_learning()
+        self.fit.keep_learner(None)
         self.learned.failed()
         access.warn(
             WarningType.BAD_PARAMS,

@@ -60,6 +60,11 @@ class RefitSchedule(ChainPart):
         growth = self.tuning.tempered_refit_growth if tempered else self.tuning.refit_growth
         return iteration + 1 >= growth * self.last_iteration + self.tuning.refit_offset
 
+    def weigh_from(self, lowest: float) -> None:
+        """The lowest potential of a new fit's points, which its weights (and the online
+        updates' after it) are relative to."""
+        self.weight_reference = lowest
+
     def start_after(self, iteration: int) -> None:
         """The first refit of a surrogate made before the chain (a grid): due as if one
         had been fitted after ``iteration``."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 from pymc.stats.convergence import WarningType
-from pymc.step_methods.state import DataClassState, dataclass_state
+from pymc.step_methods.state import dataclass_state
 
 from pymc_surrogate.core.types import ChainPoint
-from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
+from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit, SurrogateFitState
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.score_network import FULL_QUADRATIC_DIM, LaplaceTerm
 from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky
@@ -27,7 +27,7 @@ MIN_UPDATES = 20
 
 
 @dataclass_state
-class OnlineScoreState(DataClassState):
+class OnlineScoreState(SurrogateFitState):
     stopped: bool = False  # the stopping time t0 has passed: the surrogate is fixed
     score_error: float = np.nan  # running relative score error of points before learning them
     updates: int = 0  # gradients learnt online
@@ -137,13 +137,13 @@ class ScoreFit(SurrogateFit):
     @property
     def learning(self) -> bool:
         """Whether the online updates go on (a learner, before the stopping time)."""
-        return not self.stopped and self.learned.learner is not None
+        return not self.stopped and self.learner is not None
 
     def learn(self, point: ChainPoint, weight_reference: float) -> None:
         """One gradient into the learner (vhmc Proposition 1), if it lies in the energy
         window; the running score error measured on it first, before it is learnt (a
         held-out error). Raises the numerical errors of a broken update."""
-        learner = self.learned.learner
+        learner = self.learner
         if not self.learning or point.grad is None:
             return
         lowest = float(np.min(self.learned.training.potentials))
@@ -166,14 +166,14 @@ class ScoreFit(SurrogateFit):
         learned = self.learned
         if self.stopped or learned.surrogate is None:
             return
-        if learned.learner is not None:
-            learned.adopt(learned.learner.snapshot())
+        if self.learner is not None:
+            learned.adopt(self.learner.snapshot())
         stop_at = self.t0 if self.t0 != "tune" else np.inf
         converged = (self.stop_error is not None and self.updates >= MIN_UPDATES
                      and self.score_error < self.stop_error)
         if iteration + 1 >= stop_at or converged:
             self.stopped = True
-            learned.stop_learning()
+            self.learner = None
 
 
 def _laplace_whitening(laplace: LaplaceTerm, fallback: Whitening) -> Whitening:

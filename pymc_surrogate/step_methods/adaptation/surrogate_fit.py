@@ -30,7 +30,9 @@ __all__ = ["SurrogateFit"]
 
 @dataclass_state
 class SurrogateFitState(DataClassState):
-    """A family's own chain state (none for the regressions)."""
+    """A family's own chain state: an online policy's learner."""
+
+    learner: Any = None  # the fit that keeps learning (partial_fit); its copies drive the chain
 
 
 class SurrogateFit(ChainPart):
@@ -108,6 +110,37 @@ class SurrogateFit(ChainPart):
 
     def use(self, surrogate: Any) -> None:
         """Hook: ``surrogate`` has become the chain's."""
+
+    # ------------------------------------------------------- an online learner
+    def keep_learner(self, learner: Any) -> None:
+        """``learner`` (a new fit, or None: stop learning) goes on learning online; the
+        trajectories run on fixed copies of it (``snapshot_at``), swapped in only by the
+        vanishing adaptation: the surrogate must not change within a transition."""
+        self.learner = learner
+
+    def learn(self, point, weight_reference: float) -> None:
+        """A new evaluation into the learner (``partial_fit``), weighted as the batch fit
+        weighs its points (relative to ``weight_reference``) so that the online fit
+        continues it. Only where the posterior lives, as the batch fit: one far-out
+        rejected proposal, 1e3 above the typical set, would otherwise bend the whole fit.
+        Raises the numerical errors of a broken update."""
+        if self.learner is None:
+            return
+        lowest = float(np.min(self.learned.training.potentials))
+        if point.potential > lowest + self.policy.energy_window(self.dim):
+            return
+        weight = self.policy.weights(point.potential, weight_reference, self.dim)
+        self.learner.partial_fit(self.context.join(point.q)[None], np.array([point.potential]),
+                                 sample_weight=np.array([weight]))
+
+    def snapshot_at(self, q: np.ndarray) -> Any:
+        """A fixed copy of the learner's fit, its lazily refreshed weights checked at ``q``
+        (here, not inside a trajectory). Raises where it is not finite."""
+        candidate = self.learner.snapshot()
+        value, grad = self.context.field(candidate)(q)
+        if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+            raise FloatingPointError("the updated surrogate is not finite")
+        return candidate
 
     def prepare_refit(self, access) -> bool:
         """Hook before a refit (``Tuner.refit``): False skips it."""

@@ -109,8 +109,7 @@ class Tuner:
                                                            self.learned.context_dim)
         if rows is not None:
             rows = self.frame.rows_in_frame(rows)
-            self.learned.training.extend(rows.positions, rows.potentials, rows.gradients,
-                                         rows.contexts)
+            self.learned.add_rows(rows)
 
     # ------------------------------------------------------------------- refit
     def refit(self, access: ChainAccess) -> None:

@@ -132,6 +132,5 @@ class ChainEvaluation:
         self.sharing.record(self.frame.stored(point),
                             self.context.values() if self.context.dim else None)
         if record and self.policy.records(chain.frozen):
-            self.learned.training.append(point.q, point.potential, point.grad,
-                                         self.context.values())
+            self.learned.add_point(point, self.context.values())
             self.on_evaluation(chain, point)

@@ -279,6 +279,23 @@ class GridPotential:
         return min(MAX_OUTSIDE_DRAWS, max(OUTSIDE_EXCESS * self.right_box_share(),
                                           OUTSIDE_TOLD_COUNT / max(draws, 1)))
 
+    def watch(self, health, chain_name: str, iteration: int) -> None:
+        """At the chain-health checkpoints (draws 100, 200, 400, ...), tell how much of the
+        chain lies outside the box where that is too much (``outside_message``)."""
+        if health.at_checkpoint() and self.grid is not None:
+            message = self.outside_message(health.positions, health.draws, chain_name)
+            if message:
+                health.tell("outside_box", message, iteration)
+
+    def stats(self, point: ChainPoint | None, approximate: bool) -> dict:
+        """SparseGridHMC's own stats: ``approximate`` (GHMC-complete's draws, whose
+        ``model_logp`` is unknown) and ``in_domain`` (the state is in the box)."""
+        inside = point is not None and self.grid is not None and self.grid.contains(point.q)
+        stats = {"approximate": approximate, "in_domain": inside}
+        if approximate:
+            stats["model_logp"] = np.nan
+        return stats
+
     def outside_message(self, positions, draws: int, chain_name: str) -> str | None:
         """What a chain is told when too many of its first ``draws`` draws (``positions``)
         lie outside the box (None: not too many).
