@@ -49,8 +49,14 @@ from pymc_surrogate.step_methods.adaptation.transport_frame import (
     frame_setting,
 )
 from pymc_surrogate.step_methods.adaptation.tuner import Tuner
-from pymc_surrogate.step_methods.evaluation.batch import refuse_in_a_rerun_script
-from pymc_surrogate.step_methods.evaluation.block_context import BlockContext
+from pymc_surrogate.step_methods.evaluation.batch import (
+    exploration_executor,
+    refuse_in_a_rerun_script,
+)
+from pymc_surrogate.step_methods.evaluation.block_context import (
+    BlockContext,
+    block_variables,
+)
 from pymc_surrogate.step_methods.evaluation.chain_evaluation import ChainEvaluation
 from pymc_surrogate.step_methods.evaluation.evaluator import Evaluator
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
@@ -68,9 +74,7 @@ from pymc_surrogate.step_methods.settings import (
     FINITE_DIFFERENCE,
     HMCKernel,
     WarmUp,
-    block_variables,
     check_settings,
-    exploration_executor,
     gradient_setting,
     part_setting,
     surrogate_setting,
@@ -324,7 +328,10 @@ class SurrogateStep(ArrayStepShared):
         chain = self.chain
         chain.on_surrogate = False  # the first draw evaluates the state tuning left
         if not chain.frozen:
-            self.tuner.final(self._access(chain))
+            tuned_length = self.kernel.tuned_length()
+            self.tuner.read_shared(chain)  # the final fit sees every chain's tuning
+            chain.frozen = True
+            self.tuner.final(self._access(chain), tuned_length)
 
     def _explores_now(self, chain: ChainState) -> bool:
         """Whether this iteration runs the exact exploration kernel (``exploration.py``)."""
@@ -401,9 +408,14 @@ class SurrogateStep(ArrayStepShared):
             current_point=lambda q: self._current_point(chain, q),
             surrogate_step=lambda current, record=True: self._surrogate_step(chain, current,
                                                                              record),
-            key=self.evaluator.key,
+            move_to=lambda point, approximate=False: self._move_to(chain, point, approximate),
             raised=lambda: self.evaluator.failures.raised,
         )
+
+    def _move_to(self, chain: ChainState, point: ChainPoint, approximate: bool) -> None:
+        """The chain's state is ``point`` (``approximate``: its potential is the surrogate's)."""
+        chain.current, chain.current_approximate = point, approximate
+        chain.current_key = self.evaluator.key(point.q)
 
     def _adapted_to_surrogate(self, chain: ChainState, chain_scale) -> None:
         """Hook: a refit has tuned the surrogate kernel's metric and step size."""

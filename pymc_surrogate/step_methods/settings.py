@@ -1,8 +1,9 @@
 """Every user setting of the step methods in one place: their checks and their shared
 vocabulary. (The tuning constants, which are not settings, are in ``tuning.py``.)
 
-* The step's variables and settings are checked with messages that say the way out
-  (``block_variables``, ``check_settings``, ``exploration_executor``).
+* The step's settings are checked with messages that say the way out (``check_settings``;
+  its variables and executor where they are used: ``evaluation/block_context.py``,
+  ``evaluation/batch.py``).
 * One name and one set of values for each shared idea, as PyMC's own samplers share
   theirs: ``use_gradient`` ("auto", True, False; "finite_difference" where a step learns
   from gradients), ``n_inner`` (a positive integer or "auto"), and "auto" (never ``None``)
@@ -23,14 +24,12 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from pymc.util import get_value_vars_from_user_vars
-from pymc.vartypes import continuous_types
 
 from pymc_surrogate.surrogates.base import get_params
 
 __all__ = ["AUTO", "FINITE_DIFFERENCE", "CORRECTIONS", "METRICS", "HMCKernel", "WarmUp", "GridBox",
-           "gradient_setting", "inner_setting", "block_variables", "check_settings",
-           "exploration_executor", "surrogate_setting", "part_setting"]
+           "gradient_setting", "inner_setting", "check_settings", "surrogate_setting",
+           "part_setting", "variational_settings", "kernel_settings"]
 
 AUTO = "auto"
 FINITE_DIFFERENCE = "finite_difference"
@@ -297,41 +296,6 @@ def surrogate_setting(surrogate, family: tuple[type, ...], default, owner: str, 
     return surrogate
 
 
-def block_variables(model, vars, initial_point: dict, owner: str) -> list:
-    """The value variables of the step's block: continuous, with at least one entry."""
-    if vars is None:
-        vars = model.continuous_value_vars
-    else:
-        vars = get_value_vars_from_user_vars(vars, model)
-        repeated = sorted({v.name for v in vars if sum(w is v for w in vars) > 1})
-        if repeated:
-            raise ValueError(
-                f"{owner}: vars names {', '.join(repeated)} more than once; give each "
-                "variable once."
-            )
-    if not vars:
-        discrete_names = [v.name for v in model.value_vars if v.dtype not in continuous_types]
-        raise ValueError(
-            f"{owner} needs continuous variables, and this model has none"
-            + (f" (its free variables {', '.join(discrete_names)} are discrete; sample them "
-               "with pm.Metropolis or pm.CategoricalGibbsMetropolis)." if discrete_names else ".")
-        )
-    if sum(int(np.size(initial_point[v.name])) for v in vars) == 0:
-        raise ValueError(
-            f"{owner}: the variables {', '.join(v.name for v in vars)} have no "
-            "entries (size 0); there is nothing to sample."
-        )
-    discrete = [v.name for v in vars if v.dtype not in continuous_types]
-    if discrete:
-        raise ValueError(
-            f"{owner} samples continuous variables only, but "
-            f"{', '.join(discrete)} {'is' if len(discrete) == 1 else 'are'} discrete. "
-            "Assign discrete variables to another step, e.g. "
-            f"pm.sample(step=[{owner}([...continuous...]), pm.Metropolis([...])])."
-        )
-    return vars
-
-
 #: VariationalHMC's ``gradient=`` of earlier releases (now ``use_gradient``).
 GRADIENTS = ("model", "finite_difference")
 
@@ -409,33 +373,3 @@ def _check_positive(name: str, value) -> None:
 def _check_open_unit(name: str, value) -> None:
     if not (_is_number(value) and 0 < value < 1):
         raise ValueError(f"{name} must be a number strictly between 0 and 1; got {value!r}.")
-
-
-def exploration_executor(executor, explore_tries, context_dim: int, owner: str,
-                         pseudo_marginal: bool = False):
-    """Validated ``(executor, explore_tries)`` of a step's batched exploration.
-
-    ``executor`` is None or "serial" (one call at a time) or an object with ``submit`` or
-    ``map`` (a ``concurrent.futures.Executor``, ``distributed.Client(...).get_executor()``).
-    Workers compile the whole model, so the step must sample all of it.
-    """
-    if executor in (None, "serial"):
-        return None, int(explore_tries)
-    if not (hasattr(executor, "submit") or hasattr(executor, "map")):
-        raise ValueError(
-            f"{owner}: executor must be None (exploration one model call at a time) or an "
-            "object with submit or map (a concurrent.futures.Executor, a Dask client's "
-            f"get_executor()); got {executor!r}."
-        )
-    if pseudo_marginal:
-        # Multiple tries weigh each proposal by its logp; with a noisy estimate that is not
-        # the scheme whose exactness is tested.
-        raise ValueError(f"{owner}: exploration in batches needs an exact logp; with "
-                         "pseudo_marginal=True it explores one call at a time (executor=None).")
-    if context_dim:
-        raise ValueError(
-            f"{owner}: an executor evaluates the whole model in its workers, but this step "
-            "samples a block of it inside a CompoundStep. Give it every continuous "
-            "variable, or drop the executor."
-        )
-    return executor, int(explore_tries)

@@ -34,5 +34,5 @@ class ChainAccess(NamedTuple):
     evaluate_batch: Callable[[np.ndarray], list]  # rows at once on the executor
     current_point: Callable[[np.ndarray], Any]  # the chain's state with its true logp
     surrogate_step: Callable[..., Any]  # (current, record=True): a corrected transition
-    key: Callable[[np.ndarray], bytes]  # the cache key of a state
+    move_to: Callable[..., None]  # (point, approximate=False): the chain's state is now it
     raised: Callable[[], int]  # the chain's evaluations that raised so far

@@ -16,7 +16,10 @@ from dataclasses import field
 import numpy as np
 from pymc.step_methods.state import dataclass_state
 
-from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit, SurrogateFitState
+from pymc_surrogate.step_methods.adaptation.surrogate_fit import (
+    SurrogateFit,
+    SurrogateFitState,
+)
 from pymc_surrogate.surrogates.laplace import laplace_from_values, within_trust_region
 from pymc_surrogate.surrogates.whitening import Whitening
 

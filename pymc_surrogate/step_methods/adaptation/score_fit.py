@@ -13,7 +13,10 @@ from pymc.stats.convergence import WarningType
 from pymc.step_methods.state import dataclass_state
 
 from pymc_surrogate.core.types import ChainPoint
-from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit, SurrogateFitState
+from pymc_surrogate.step_methods.adaptation.surrogate_fit import (
+    SurrogateFit,
+    SurrogateFitState,
+)
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.score_network import FULL_QUADRATIC_DIM, LaplaceTerm
 from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky

@@ -94,12 +94,9 @@ class Tuner:
                 return access.evaluate_batch(states)
             return [access.evaluate(states[0], self.exploration.has_gradient)]
 
-        def restart(point: ChainPoint) -> None:
-            chain.current, chain.current_approximate = point, False
-
         self.surrogate_tuning.check(
             chain.iteration, self.learned, self.schedule, self.coverage.tempers_tuning,
-            SurrogateChecks(evaluate, potential, restart, access.refit,
+            SurrogateChecks(evaluate, potential, access.move_to, access.refit,
                             lambda message: access.warn(WarningType.BAD_PARAMS, message,
                                                         "info")))
 
@@ -136,19 +133,15 @@ class Tuner:
         self.learned.reframe(lambda q, u, g: convert(q, u, g, old, new))
         self.fit.reframe(lambda states: convert(states, np.zeros(len(states)), None, old, new)[0])
         if chain.current is not None:
-            chain.current = convert_point(chain.current, old, new)
-            chain.current_key = access.key(chain.current.q)
+            access.move_to(convert_point(chain.current, old, new), chain.current_approximate)
         self.surrogate_tuning.reframe(lambda point: convert_point(point, old, new))
         self.frame.use(new)
 
     # ------------------------------------------------------------------- final
-    def final(self, access: ChainAccess) -> None:
-        """Tuning ends: the final fit on every chain's tuning, then the draws' tail jumps,
-        lowering and path length."""
-        chain = access.chain
-        tuned_length = self.kernel.tuned_length()
-        self.read_shared(chain)  # the final fit sees every chain's tuning
-        chain.frozen = True
+    def final(self, access: ChainAccess, tuned_length: float | None) -> None:
+        """Tuning has ended (the chain frozen, every chain's tuning read): the final fit,
+        then the draws' tail jumps, lowering and path length (from ``tuned_length``, the
+        Hamiltonian correction's length in tuning)."""
         fitted = self.refits.final(access)
         if self.learned.surrogate is not None:
             self.sharing.count_tuned()
@@ -170,7 +163,7 @@ class Tuner:
         # length the draws may not use.
         self.kernel.choose_draw_length(
             tuned, lambda current: access.surrogate_step(current, record=False), start)
-        chain.current, chain.current_key = start, access.key(start.q)
+        access.move_to(start, chain.current_approximate)
 
     def _choose_tail_jumps(self, access: ChainAccess) -> None:
         """The draws' tail jumps, measured on the final fit (``kernels/tail_jumps.py``)."""

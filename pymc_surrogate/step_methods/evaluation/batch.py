@@ -24,7 +24,8 @@ import numpy as np
 
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
 
-__all__ = ["BatchResult", "INFINITE", "SERIAL", "evaluate_logp", "refuse_in_a_rerun_script"]
+__all__ = ["BatchResult", "INFINITE", "SERIAL", "evaluate_logp", "exploration_executor",
+           "refuse_in_a_rerun_script"]
 
 SERIAL = ("serial", None)
 #: executor="auto" evaluates in worker processes only past this many seconds of serial
@@ -332,3 +333,33 @@ class _Progress:
         if self.show:
             self._bar.__exit__(*exc)
         return False
+
+
+def exploration_executor(executor, explore_tries, context_dim: int, owner: str,
+                         pseudo_marginal: bool = False):
+    """Validated ``(executor, explore_tries)`` of a step's batched exploration.
+
+    ``executor`` is None or "serial" (one call at a time) or an object with ``submit`` or
+    ``map`` (a ``concurrent.futures.Executor``, ``distributed.Client(...).get_executor()``).
+    Workers compile the whole model, so the step must sample all of it.
+    """
+    if executor in (None, "serial"):
+        return None, int(explore_tries)
+    if not (hasattr(executor, "submit") or hasattr(executor, "map")):
+        raise ValueError(
+            f"{owner}: executor must be None (exploration one model call at a time) or an "
+            "object with submit or map (a concurrent.futures.Executor, a Dask client's "
+            f"get_executor()); got {executor!r}."
+        )
+    if pseudo_marginal:
+        # Multiple tries weigh each proposal by its logp; with a noisy estimate that is not
+        # the scheme whose exactness is tested.
+        raise ValueError(f"{owner}: exploration in batches needs an exact logp; with "
+                         "pseudo_marginal=True it explores one call at a time (executor=None).")
+    if context_dim:
+        raise ValueError(
+            f"{owner}: an executor evaluates the whole model in its workers, but this step "
+            "samples a block of it inside a CompoundStep. Give it every continuous "
+            "variable, or drop the executor."
+        )
+    return executor, int(explore_tries)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from pymc.util import get_value_vars_from_user_vars
+from pymc.vartypes import continuous_types
 
 from pymc_surrogate.surrogates.whitening import Whitening
 
-__all__ = ["BlockContext"]
+__all__ = ["BlockContext", "block_variables"]
 
 
 class BlockContext:
@@ -92,3 +94,38 @@ class BlockContext:
             return positions, scale
         whitening = Whitening.block_diagonal(scale, Whitening.from_samples(contexts, dense=False))
         return np.hstack([positions, contexts]), whitening
+
+
+def block_variables(model, vars, initial_point: dict, owner: str) -> list:
+    """The value variables of the step's block: continuous, with at least one entry."""
+    if vars is None:
+        vars = model.continuous_value_vars
+    else:
+        vars = get_value_vars_from_user_vars(vars, model)
+        repeated = sorted({v.name for v in vars if sum(w is v for w in vars) > 1})
+        if repeated:
+            raise ValueError(
+                f"{owner}: vars names {', '.join(repeated)} more than once; give each "
+                "variable once."
+            )
+    if not vars:
+        discrete_names = [v.name for v in model.value_vars if v.dtype not in continuous_types]
+        raise ValueError(
+            f"{owner} needs continuous variables, and this model has none"
+            + (f" (its free variables {', '.join(discrete_names)} are discrete; sample them "
+               "with pm.Metropolis or pm.CategoricalGibbsMetropolis)." if discrete_names else ".")
+        )
+    if sum(int(np.size(initial_point[v.name])) for v in vars) == 0:
+        raise ValueError(
+            f"{owner}: the variables {', '.join(v.name for v in vars)} have no "
+            "entries (size 0); there is nothing to sample."
+        )
+    discrete = [v.name for v in vars if v.dtype not in continuous_types]
+    if discrete:
+        raise ValueError(
+            f"{owner} samples continuous variables only, but "
+            f"{', '.join(discrete)} {'is' if len(discrete) == 1 else 'are'} discrete. "
+            "Assign discrete variables to another step, e.g. "
+            f"pm.sample(step=[{owner}([...continuous...]), pm.Metropolis([...])])."
+        )
+    return vars
