@@ -50,7 +50,7 @@ def _coverage(sd: float, seed: int, wiggle: float = 0.0) -> Coverage:
         step.learned.training.append(q, 0.5 * q @ q, None)
     for q in rng.standard_normal((1000, 2)):
         step.learned.add_state(q, 0.5 * q @ q)
-    step.learned.use(_Gaussian(sd, wiggle), online=False)
+    step.learned.use(_Gaussian(sd, wiggle))
     step.refits.choose_coverage(step._access(chain))
     return step.coverage
 
