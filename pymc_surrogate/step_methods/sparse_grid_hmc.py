@@ -67,8 +67,8 @@ class SparseGridHMC(SurrogateStep):
         their quadratic fits them and the box holds less than ``REFIT_MASS`` of its mass
         (a random walk's evaluations in d = 20 gave a box of 39% of the posterior's mass);
         then grown by half its width past each face where the grid's nodes have not risen
-        ``k^2 / 4`` above the lowest (at most ``MAX_GROWTH`` times, a grid each): the
-        Laplace box of §3.5 missed the banana's arms (§6).
+        ``k^2 / 4`` above the lowest (at most ``MAX_GROWTH`` times, a full grid on its
+        lattice, nodes kept): the Laplace box of §3.5 missed the banana's arms (§6).
     surrogate : SmolyakGrid or NaiveGrid, optional
         The grid, with its settings: ``SmolyakGrid(level=..., max_nodes=...)`` (a sparse
         grid; "auto" level: the finest within ``max_nodes``, a finer one raises) or
