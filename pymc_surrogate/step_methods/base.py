@@ -164,12 +164,10 @@ class SurrogateStep(ArrayStepShared):
         self.mass_matrix = MassMatrix(self.tuning, kernel.dense_mass, self.dim)
         self.far = FarProposals(self.dim, self.tuning.far_sd)
         self.target_accept = target_accept
-        tail_jumps = kernel.tail_jumps
-        if not self.exact:  # every draw a surrogate move: no model evaluation to jump with
-            tail_jumps = 0
-        elif self.pseudo_marginal and tail_jumps == "auto":  # the check judges noisy values
-            tail_jumps = 0
-        self.tails = TailJumps(tail_jumps, self.dim, self.tuning)
+        # none where every draw is a surrogate move (no model evaluation to jump with), nor
+        # "auto" on a noisy logp (the check would judge the tails on noisy values)
+        no_jumps = not self.exact or (self.pseudo_marginal and kernel.tail_jumps == "auto")
+        self.tails = TailJumps(0 if no_jumps else kernel.tail_jumps, self.dim, self.tuning)
         self.kernel = SurrogateKernel(kernel.correction, kernel.n_inner, kernel.path_length,
                                       target_accept, kernel.max_energy_error, self.tuning)
         explore_steps, explore_tries = warmup.steps, warmup.tries

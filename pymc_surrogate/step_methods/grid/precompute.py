@@ -204,7 +204,8 @@ class GridPrecompute:
         box's nodes on the same lattice) not evaluated again: the potentials, how many
         nodes were evaluated, the retries, and the evaluations that timed the batch."""
         if known is None:
-            return (lambda p, r, t: (p, len(nodes), r, t))(*self._precompute(nodes))
+            potentials, retried, timed = self._precompute(nodes)
+            return potentials, len(nodes), retried, timed
         origin, spacing, values = known
         index = _lattice_index(grid, nodes, origin, spacing)
         old = np.array([tuple(i) in values for i in index.tolist()])
