@@ -238,7 +238,7 @@ class SurrogateStep(ArrayStepShared):
         self.tuner = Tuner(self.refits, self.learned, self.fit, self.frame, self.kernel,
                            self.exploration, self.surrogate_tuning, self.schedule,
                            self.coverage, self.sharing, self.tails, self.draw_bound,
-                           self.policy, self.exact, self.exploration.batched)
+                           self.exact)
         self.chain = self._new_chain()
 
     #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).

@@ -221,7 +221,7 @@ class KernelHMC(SurrogateStep):
         try:
             self.fit.after_iteration(info.point.q, not chain.frozen or self.adapt_in_draws,
                                      chain.iteration - self.schedule.first_iteration + 1,
-                                     self.refits.relevant, self.rng)
+                                     self.rng)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError) as err:
             if self.fit.adaptation_failed():
                 self._warn(

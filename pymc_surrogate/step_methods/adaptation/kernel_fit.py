@@ -135,14 +135,14 @@ class KernelFit(SurrogateFit):
         if self.states:
             self.states[:] = list(to_new(np.array(self.states)))
 
-    def after_iteration(self, q: np.ndarray, learns: bool, t: int, relevant,
+    def after_iteration(self, q: np.ndarray, learns: bool, t: int,
                         rng: np.random.Generator) -> None:
         """The chain's new state ``q`` (with the other blocks' values) into the history
         where it ``learns``; then the vanishing adaptation (kmc §5): with probability
         ``a_t``, ``t`` the iterations since the first fit, Algorithm 1's steps 1-4 — the
         same sigma, lam and whitening, more states (the finite form absorbs them online),
-        checked at the state and judged on the tune's values (``relevant()``: the energy
-        window's rows). Raises the numerical errors of a failed update."""
+        checked at the state and judged on the tune's values (the energy window's rows,
+        ``LearnedSurrogate.relevant``). Raises the numerical errors of a failed update."""
         self.updated = False
         if not learns:
             return
@@ -166,7 +166,7 @@ class KernelFit(SurrogateFit):
             candidate = self.new(current.whitening_, rng.spawn(1)[0], sigma=current.sigma_,
                                  lam=current.lam_).fit(history)
             fitted_on = len(history)
-        candidate = self.judge(candidate, self.out_of_sample(learned.training, relevant(),
+        candidate = self.judge(candidate, self.out_of_sample(learned.training, learned.relevant(),
                                                              self.history()))
         value, grad = self.context.field(candidate)(q)
         if not (np.isfinite(value) and np.all(np.isfinite(grad))):

@@ -149,10 +149,9 @@ class ScoreFit(SurrogateFit):
         learner = self.learner
         if not self.learning or point.grad is None:
             return
-        lowest = float(np.min(self.learned.training.potentials))
-        if point.potential > lowest + self.policy.energy_window(self.dim):
+        weight = self.online_weight(point, weight_reference)
+        if weight is None:
             return
-        weight = self.policy.weights(point.potential, weight_reference, self.dim)
         position = self.context.join(point.q)[None]
         error = learner.score_error(position, point.grad[None])
         self.score_error = error if np.isnan(self.score_error) else (

@@ -126,12 +126,19 @@ class SurrogateFit(ChainPart):
         Raises the numerical errors of a broken update."""
         if self.learner is None:
             return
-        lowest = float(np.min(self.learned.training.potentials))
-        if point.potential > lowest + self.policy.energy_window(self.dim):
+        weight = self.online_weight(point, weight_reference)
+        if weight is None:
             return
-        weight = self.policy.weights(point.potential, weight_reference, self.dim)
         self.learner.partial_fit(self.context.join(point.q)[None], np.array([point.potential]),
                                  sample_weight=np.array([weight]))
+
+    def online_weight(self, point, weight_reference: float) -> float | None:
+        """The weight of a new point for the online learner, as the batch fit weighs its
+        points; None above the energy window over the lowest training point."""
+        lowest = float(np.min(self.learned.training.potentials))
+        if point.potential > lowest + self.policy.energy_window(self.dim):
+            return None
+        return self.policy.weights(point.potential, weight_reference, self.dim)
 
     def snapshot_at(self, q: np.ndarray) -> Any:
         """A fixed copy of the learner's fit, its lazily refreshed weights checked at ``q``

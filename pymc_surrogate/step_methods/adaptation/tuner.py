@@ -54,23 +54,17 @@ class Tuner:
         The draws' tail jumps.
     draw_bound : DrawBound
         The draws' lowering of a black box's surrogate.
-    policy : TrainingPolicy
-        How the training points are weighed.
     exact : bool
         Whether the draws are corrected with the true logp (else no draw length to choose).
-    batched : bool
-        Whether the model is evaluated in batches on an executor.
     """
 
     def __init__(self, refits, learned, fit, frame, kernel, exploration, surrogate_tuning,
-                 schedule, coverage, sharing, tails, draw_bound, policy, exact: bool,
-                 batched: bool):
+                 schedule, coverage, sharing, tails, draw_bound, exact: bool):
         self.refits, self.learned, self.fit, self.frame = refits, learned, fit, frame
         self.kernel, self.exploration = kernel, exploration
         self.surrogate_tuning, self.schedule = surrogate_tuning, schedule
         self.coverage, self.sharing = coverage, sharing
-        self.tails, self.draw_bound, self.policy = tails, draw_bound, policy
-        self.exact, self.batched = exact, batched
+        self.tails, self.draw_bound, self.exact = tails, draw_bound, exact
 
     # ------------------------------------------------------------------ update
     def update(self, access: ChainAccess, info: TransitionInfo, exploring: bool) -> None:
@@ -90,7 +84,7 @@ class Tuner:
         chain = access.chain
 
         def evaluate(states: np.ndarray) -> list[ChainPoint]:
-            if self.batched:
+            if self.exploration.batched:
                 return access.evaluate_batch(states)
             return [access.evaluate(states[0], self.exploration.has_gradient)]
 
@@ -186,5 +180,5 @@ class Tuner:
         potentials = learned.training.potentials[keep]
         self.draw_bound.choose(
             learned.surrogate, learned.training.positions[keep], potentials,
-            self.policy.weights(potentials, float(potentials.min()), learned.dim),
+            learned.policy.weights(potentials, float(potentials.min()), learned.dim),
         )
