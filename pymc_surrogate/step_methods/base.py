@@ -2,13 +2,11 @@
 
 ``astep`` is a template method, as PyMC's ``BaseHMC.astep``: pick the phase (exploration,
 tail jump or surrogate kernel) → run the kernel → adapt (tune only) → stats. The step owns
-its parts (``part.py``), each with its chain's state: the evaluation store's chain side
-(``evaluation/sharing.py``), the warm-up (``warmup/exploration.py``), the surrogate kernel
-and tail jumps (``kernels/``), coverage, the draws' bound and tuning on the surrogate alone
-(``adaptation/``), and chain health (``health/``); this module is the glue that hands each
-part what it needs from the model and the others, the refits (``adaptation/refit.py``)
-included. A step class chooses its surrogate family (``_surrogate_fit``: a ``SurrogateFit``),
-a ``TrainingPolicy`` and a correction, and says little else.
+its parts (``part.py``; built in ``assembly.py``), each with its chain's state: the store's
+chain side and the model's evaluations (``evaluation/``), the warm-up (``warmup/``), the
+surrogate kernel and tail jumps (``kernels/``), the adaptation with its tuning path
+(``adaptation/``) and chain health (``health/``). A step class chooses its surrogate
+family (``_surrogate_fit``: a ``SurrogateFit``), a ``TrainingPolicy`` and a correction.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from typing import Any
 
 import numpy as np
 from pymc.blocking import RaveledVars
-from pymc.model import modelcontext
 from pymc.stats.convergence import SamplerWarning, WarningType
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
@@ -31,65 +28,23 @@ from pymc_surrogate.core.transitions import independence_transition
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.access import ChainAccess
-from pymc_surrogate.step_methods.adaptation.coverage import Coverage, tempered
-from pymc_surrogate.step_methods.adaptation.draw_bound import DrawBound
-from pymc_surrogate.step_methods.adaptation.learned_surrogate import LearnedSurrogate
-from pymc_surrogate.step_methods.adaptation.mass_matrix import MassMatrix
-from pymc_surrogate.step_methods.adaptation.refit import Refits
-from pymc_surrogate.step_methods.adaptation.refit_schedule import RefitSchedule
+from pymc_surrogate.step_methods.adaptation.coverage import tempered
 from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
-from pymc_surrogate.step_methods.adaptation.surrogate_tuning import (
-    SurrogateTuning,
-)
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
-from pymc_surrogate.step_methods.adaptation.transport_frame import (
-    Frame,
-    FramedFunctions,
-    convert_point,
-    frame_setting,
+from pymc_surrogate.step_methods.adaptation.transport_frame import convert_point
+from pymc_surrogate.step_methods.assembly import (
+    build_parts,
+    chain_access,
+    read_settings,
 )
-from pymc_surrogate.step_methods.adaptation.tuner import Tuner
-from pymc_surrogate.step_methods.evaluation.batch import (
-    exploration_executor,
-    refuse_in_a_rerun_script,
-)
-from pymc_surrogate.step_methods.evaluation.block_context import (
-    BlockContext,
-    block_variables,
-)
-from pymc_surrogate.step_methods.evaluation.chain_evaluation import ChainEvaluation
-from pymc_surrogate.step_methods.evaluation.evaluator import Evaluator
+from pymc_surrogate.step_methods.evaluation.batch import EXECUTOR_LEFT_BEHIND
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
-from pymc_surrogate.step_methods.evaluation.sharing import SharedEvaluations, make_store
-from pymc_surrogate.step_methods.health.chain_health import (
-    ChainHealth,
-    centred_variables,
-    coordinate_names,
-)
-from pymc_surrogate.step_methods.health.far_proposals import FarProposals
-from pymc_surrogate.step_methods.kernels.surrogate_kernel import SurrogateKernel
-from pymc_surrogate.step_methods.kernels.tail_jumps import TailJumps
+from pymc_surrogate.step_methods.health.chain_health import chain_name
 from pymc_surrogate.step_methods.part import ChainPart
-from pymc_surrogate.step_methods.settings import (
-    FINITE_DIFFERENCE,
-    HMCKernel,
-    WarmUp,
-    check_settings,
-    gradient_setting,
-    part_setting,
-    surrogate_setting,
-)
-from pymc_surrogate.step_methods.state import (
-    ChainState,
-    SurrogateStepState,
-)
+from pymc_surrogate.step_methods.settings import FINITE_DIFFERENCE, HMCKernel, WarmUp
+from pymc_surrogate.step_methods.state import ChainState, SurrogateStepState
 from pymc_surrogate.step_methods.tuning import TUNING
-from pymc_surrogate.step_methods.warmup.exploration import (
-    Exploration,
-    ModelAccess,
-    default_explore_steps,
-)
-from pymc_surrogate.step_methods.warmup.prior import prior_scale
+from pymc_surrogate.step_methods.warmup.exploration import ModelAccess
 
 __all__ = ["SurrogateStep", "ChainState"]
 
@@ -112,16 +67,12 @@ class SurrogateStep(ArrayStepShared):
     surrogate_family: tuple[type, ...] = ()
     policy = TrainingPolicy()
     tuning = TUNING
-    #: The logp is a noisy, unbiased likelihood estimate kept at the current state
-    #: (``KernelHMC(pseudo_marginal=True)``): its noise, not a move's size, caps the
-    #: acceptance, which the exploration (``exploration.py``) and the chain health checks
-    #: (``health/chain_health.py``) then allow for.
+    #: The logp is a noisy, unbiased estimate kept at the current state
+    #: (``KernelHMC(pseudo_marginal=True)``): its noise caps the acceptance.
     pseudo_marginal = False
-    #: The draws are corrected with the true logp (False: a step's approximate mode, whose
-    #: draws evaluate no model).
+    #: The draws are corrected with the true logp (False: no model evaluation in the draws).
     exact = True
-    #: The surrogate learns from gradients (VariationalHMC): ``use_gradient`` may then be
-    #: "finite_difference", and a model without a gradient needs it.
+    #: The surrogate learns from gradients: ``use_gradient`` may be "finite_difference".
     learns_from_gradients = False
     #: Where black-box exploration evaluates in batches (``exploration.py``; None: serially).
     explore_executor = None
@@ -135,111 +86,10 @@ class SurrogateStep(ArrayStepShared):
         executor=None, frame="auto", model=None, blocked: bool = True, rng=None,
         initial_point: dict | None = None, compile_kwargs: dict | None = None, **kwargs,
     ):
-        owner = type(self).__name__
-        refuse_in_a_rerun_script(owner)
-        model = modelcontext(model)
-        if initial_point is None:
-            initial_point = model.initial_point()
-        vars = block_variables(model, vars, initial_point, owner)
-        use_gradient = gradient_setting(use_gradient, owner, self.learns_from_gradients)
-        self.surrogate = surrogate_setting(surrogate, self.surrogate_family,
-                                           self.default_surrogate(), owner, kwargs)
-        kernel = part_setting(kernel, HMCKernel, self.default_kernel, owner, "kernel", kwargs)
-        warmup = part_setting(warmup, WarmUp, WarmUp(), owner, "warmup", kwargs)
-        check_settings(owner, kwargs, target_accept)
-        self.check_kernel(kernel)
-        self.kernel_settings = kernel
-        self._model = model
-        self.functions = self._model_functions(model, vars, initial_point, use_gradient,
-                                               compile_kwargs)
-        layout = [(v.name, np.shape(initial_point[v.name])) for v in vars]
-        self.health = ChainHealth(
-            owner, self.pseudo_marginal,
-            "NUTS (pm.sample() without `step`)" if self.functions.has_gradient
-            else "pm.DEMetropolisZ or pm.Slice",
-            coordinate_names(layout), centred_variables(model, vars),
-        )
-        self.evaluator = Evaluator(self.functions, layout, owner, self.health.warn)
-        self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
-        self.mass_matrix = MassMatrix(self.tuning, kernel.dense_mass, self.dim)
-        self.far = FarProposals(self.dim, self.tuning.far_sd)
-        self.target_accept = target_accept
-        # none where every draw is a surrogate move (no model evaluation to jump with), nor
-        # "auto" on a noisy logp (the check would judge the tails on noisy values)
-        no_jumps = not self.exact or (self.pseudo_marginal and kernel.tail_jumps == "auto")
-        self.tails = TailJumps(0 if no_jumps else kernel.tail_jumps, self.dim, self.tuning)
-        self.kernel = SurrogateKernel(kernel.correction, kernel.n_inner, kernel.path_length,
-                                      target_accept, kernel.max_energy_error, self.tuning)
-        explore_steps, explore_tries = warmup.steps, warmup.tries
-        self.explore_steps = (
-            default_explore_steps(self.functions.has_gradient, self.dim)
-            if explore_steps == "auto" else int(explore_steps)
-        )
-        self.tune = True
-        super().__init__(vars, self.functions.shared, blocked=blocked, rng=rng)
-        self.context = BlockContext(self.functions.shared, self.dim, owner)
-        self.learned = LearnedSurrogate(self.dim, self.context.dim, self.policy)
-        self.explore_executor, self.explore_tries = exploration_executor(
-            executor, explore_tries, self.context.dim, owner, self.pseudo_marginal)
-        if isinstance(frame, str) and frame == "auto":  # the learned frame where it can run
-            frame = ("affine" if self.context.dim or self.explore_executor is not None
-                     or kernel.metric != "euclidean" else self.default_frame)
-        self.frame = Frame(frame_setting(frame, owner), self.dim)
-        self.frame.check(owner, self.context.dim > 0, self.explore_executor is not None)
-        if self.frame.learned:  # the step sees the model in the chain's coordinates
-            self.evaluator.functions = FramedFunctions(self.functions, self.frame)
-        scale = rounding = None
-        if self.functions.finite_difference:
-            # Central differences relative to each coordinate's prior sd, where there is one
-            scale = prior_scale(model, [v.name for v in self.vars], self.dim)
-            self.functions.difference_scale = scale
-            rounding = self.functions.rounding_at  # a bound method: the step pickles
-        self.exploration = Exploration(
-            self.has_gradient, self.dim, kernel.path_length, kernel.max_energy_error,
-            self.explore_tries if self.explore_executor is not None else None,
-            self.pseudo_marginal, self.tuning, scale, rounding, self.health.coordinates,
-        )
-        # PyMC keeps the constructor's arguments to rebuild the step when unpickling
-        # (BlockedStep.__new__, which skips __init__; the state restores the rest): the
-        # executor stays out of them, as out of the state.
-        newargs = getattr(self, "_BlockedStep__newargs", None)
-        if newargs is not None and "executor" in newargs[1]:
-            self._BlockedStep__newargs = newargs[0], {**newargs[1], "executor": None}
-        self.store = make_store(store, owner)
-        self.sharing = SharedEvaluations(
-            self.store, self._learns_from_store(),
-            self.explore_steps, self.tuning.own_exploration_share,
-        )
-        self.sharing.bind(model, vars, store, self.dim, self.context.dim)
-        self.surrogate_tuning = SurrogateTuning(
-            (self.sharing.tuned or self.exploration.batched) and self.context.dim == 0,
-            self.explore_tries if self.exploration.batched else 1, self.tuning,
-        )
-        measures = self._measures_coverage()
-        self.coverage = Coverage(
-            measures,
-            not self.has_gradient and self.tuning.tune_tempering > 0 and measures
-            and self.policy.source == "evaluations",
-            self.dim, self.tuning,
-        )
-        self.draw_bound = DrawBound(
-            self.lowers_black_box_draws and not self.has_gradient
-            and self.kernel.correction == "surrogate_transition" and self.context.dim == 0,
-            self.dim, self.tuning,
-        )
-        self.evaluations = ChainEvaluation(
-            self.evaluator, self.functions, model, self.vars, self.far, self.sharing,
-            self.frame, self.context, self.policy, self.learned, owner, self._on_evaluation)
-        self.schedule = RefitSchedule(self.tuning)
-        self.fit = self._surrogate_fit()
-        self.refits = Refits(self.fit, self.learned, self.schedule, self.policy, self.tuning,
-                             self.dim, self.context, self.kernel, self.mass_matrix,
-                             self.coverage, self.exploration, self.sharing, self.explore_steps)
-        self.tuner = Tuner(self.refits, self.learned, self.fit, self.frame, self.kernel,
-                           self.exploration, self.surrogate_tuning, self.schedule,
-                           self.coverage, self.sharing, self.tails, self.draw_bound,
-                           self.exact)
-        self.chain = self._new_chain()
+        settings = read_settings(self, vars, surrogate, kernel, warmup, target_accept,
+                                 use_gradient, model, initial_point, compile_kwargs, kwargs)
+        super().__init__(settings.vars, self.functions.shared, blocked=blocked, rng=rng)
+        build_parts(self, settings, store, executor, frame)  # (assembly.py)
 
     #: The kernel settings without ``kernel=`` (``settings.HMCKernel``).
     default_kernel = HMCKernel(n_inner=1)
@@ -286,10 +136,9 @@ class SurrogateStep(ArrayStepShared):
 
     def _new_chain(self) -> ChainState:
         initial_step = 0.25 / self.dim**0.25
-        metric = QuadPotentialDiagAdapt(
-            self.dim, np.zeros(self.dim), np.ones(self.dim), 10,
-            early_update=self.tuning.early_mass_update, rng=self.rng.spawn(1)[0],
-        )
+        metric = QuadPotentialDiagAdapt(self.dim, np.zeros(self.dim), np.ones(self.dim), 10,
+                                        early_update=self.tuning.early_mass_update,
+                                        rng=self.rng.spawn(1)[0])
         for part in self._parts():  # a new chain
             part.reset()
         self.kernel.use(metric, initial_step)  # exploration's, until a first fit
@@ -338,12 +187,7 @@ class SurrogateStep(ArrayStepShared):
     def _explore_step(self, chain: ChainState, current: ChainPoint) -> TransitionInfo:
         """One exact exploration transition (``exploration.py``)."""
         if not self.has_gradient and self._executor_left_behind and chain.iteration == 0:
-            self._warn(
-                chain, WarningType.BAD_PARAMS,
-                "the executor stayed in the parent process (it does not travel to PyMC's "
-                "worker processes), so this chain explores one model call at a time. "
-                "Sample with cores=1 to explore in batches on the executor.",
-            )
+            self._warn(chain, WarningType.BAD_PARAMS, EXECUTOR_LEFT_BEHIND)
         return self.exploration.step(current, self._model_access(chain), self.kernel,
                                      first=chain.iteration == 0 and self.tune,
                                      tuning_now=self._tuning_now(chain), rng=self.rng)
@@ -353,10 +197,6 @@ class SurrogateStep(ArrayStepShared):
         return self.evaluations.model_access(
             chain, self.tune, self.explore_executor, self.rng,
             lambda message: self._warn(chain, WarningType.BAD_PARAMS, message))
-
-    def _evaluate_batch(self, chain: ChainState, points: np.ndarray) -> list[ChainPoint]:
-        """The true potential at each row of ``points``, at once on ``explore_executor``."""
-        return self.evaluations.evaluate_batch(chain, points, self.tune, self.explore_executor)
 
     def _surrogate_step(self, chain: ChainState, current: ChainPoint,
                         record: bool = True) -> TransitionInfo:
@@ -371,18 +211,15 @@ class SurrogateStep(ArrayStepShared):
         return self.kernel.transition(current, evaluate, field, tuning_now, self.rng)
 
     def _learns_from_store(self) -> bool:
-        """Whether the chain learns from the evaluations other chains share: a surrogate
-        learnt from model evaluations; never a noisy (pseudo-marginal) logp, whose
-        estimates are the chain's own."""
+        """Whether the chain learns from other chains' evaluations: not from a noisy
+        (pseudo-marginal) logp's, whose estimates are the chain's own."""
         return not self.pseudo_marginal and self.policy.source == "evaluations"
 
-    def _tuning_now(self, chain: ChainState) -> bool:
-        """Whether the chain is in tuning and still adapting."""
+    def _tuning_now(self, chain: ChainState) -> bool:  # in tuning and still adapting
         return self.tune and not chain.frozen
 
     def _measures_coverage(self) -> bool:
-        """Whether coverage applies (``coverage.py``): the surrogate is the whole
-        model's (a compound step's block has evaluations at other contexts)."""
+        """Whether coverage applies (``coverage.py``): not in a compound step's block."""
         return self.context.dim == 0
 
     def _surrogate_fit(self) -> SurrogateFit:
@@ -392,23 +229,7 @@ class SurrogateStep(ArrayStepShared):
 
     def _access(self, chain: ChainState) -> ChainAccess:
         """What the adaptation asks of the step for ``chain`` (``adaptation/access.py``)."""
-        return ChainAccess(
-            chain=chain, rng=self.rng, tune=self.tune,
-            refit=lambda: self._refit(chain),
-            read_shared=lambda: self.tuner.read_shared(chain),
-            warn=lambda kind, message, level="warn": self._warn(chain, kind, message, level),
-            model_access=lambda: self._model_access(chain),
-            field=lambda: self._surrogate_field(chain),
-            adapted=lambda scale: self._adapted_to_surrogate(chain, scale),
-            evaluate=lambda q, with_grad, record=True: self._evaluate(chain, q, with_grad,
-                                                                      record),
-            evaluate_batch=lambda states: self._evaluate_batch(chain, states),
-            current_point=lambda q: self._current_point(chain, q),
-            surrogate_step=lambda current, record=True: self._surrogate_step(chain, current,
-                                                                             record),
-            move_to=lambda point, approximate=False: self._move_to(chain, point, approximate),
-            raised=lambda: self.evaluator.failures.raised,
-        )
+        return chain_access(self, chain)
 
     def _move_to(self, chain: ChainState, point: ChainPoint, approximate: bool) -> None:
         """The chain's state is ``point`` (``approximate``: its potential is the surrogate's)."""
@@ -419,9 +240,8 @@ class SurrogateStep(ArrayStepShared):
         """Hook: a refit has tuned the surrogate kernel's metric and step size."""
 
     def _surrogate_field(self, chain: ChainState):
-        """``q -> (U~, dU~/dq)`` the surrogate kernels run on: the chain's surrogate at the
-        current context, at the temperature that makes it cover the posterior
-        (coverage.py), in a black box's draws lowered where its data thin out
+        """``q -> (U~, dU~/dq)`` the kernels run on: the surrogate at the current context,
+        tempered to cover (coverage.py), lowered where a black box's data thin out
         (draw_bound.py)."""
         return self.draw_bound.lower(
             tempered(self.context.field(self.learned.surrogate), self.coverage.temperature),
@@ -434,12 +254,9 @@ class SurrogateStep(ArrayStepShared):
 
     def _model_or_surrogate(self, chain: ChainState, current: ChainPoint, with_grad: bool,
                             record: bool, field):
-        """The current point and the evaluation a surrogate step's correction uses.
-
-        The model's; or, in tuning on the surrogate alone, ``field``'s (what the
-        trajectories run on), so that the correction accepts what the surrogate kernel
-        accepts and the chain samples the surrogate's posterior.
-        """
+        """The current point and the evaluation a surrogate step's correction uses: the
+        model's; in tuning on the surrogate alone, ``field``'s (the chain then samples the
+        surrogate's posterior)."""
         if chain.on_surrogate:
             def evaluate(q: np.ndarray) -> ChainPoint:
                 value, grad = field(q)[:2]
@@ -450,11 +267,8 @@ class SurrogateStep(ArrayStepShared):
 
     def _warn(self, chain: ChainState, kind: WarningType, message: str,
               level: str = "warn") -> None:
-        """Queue a warning for the next draws' ``warning`` stat (one per draw).
-
-        PyMC logs that stat with the ``pymc`` logger in the parent process, for every
-        chain and with any ``cores``; ``level`` is a logging level name.
-        """
+        """Queue a warning for the next draws' ``warning`` stat, which PyMC logs in the
+        parent process for any ``cores`` (``level``: a logging level name)."""
         self.health.warn(kind, message, level, chain.iteration)
 
     # --------------------------------------------------------------- the step
@@ -464,7 +278,7 @@ class SurrogateStep(ArrayStepShared):
         before = self.frame.map  # the frame this iteration starts in
         q = self.frame.enter(q0.data.astype(np.float64, copy=False), chain.current)
         counts = self.evaluator.counts
-        logp_before, grad_before = counts.logp_evals, counts.grad_evals
+        evals_before = counts.logp_evals, counts.grad_evals
         chain.on_surrogate = self.surrogate_tuning.active(
             self._tuning_now(chain), self.learned.surrogate is not None, self.exploration.paused)
         current = self._current_point(chain, q)
@@ -499,8 +313,7 @@ class SurrogateStep(ArrayStepShared):
 
         # 4. stats (and, in the draws, the chain's health)
         # The exact exploration kernel where a surrogate should have moved the chain: in the
-        # draws, while a stuck surrogate is set aside, or after a failed fit (not the
-        # planned exploration before the first fit).
+        # draws, while a stuck surrogate is set aside, or after a failed fit.
         fallback = exploring and (
             chain.frozen or self.exploration.paused or self.schedule.last_error is not None
         )
@@ -511,9 +324,7 @@ class SurrogateStep(ArrayStepShared):
         # One warning a draw; a divergence is still counted by the `diverging` stat.
         warning = self.health.next_warning() or warning
         stats = {
-            **_stats.draw_stats(info, chain, counts, self.learned,
-                                counts.logp_evals - logp_before,
-                                counts.grad_evals - grad_before,
+            **_stats.draw_stats(info, chain, counts, self.learned, evals_before,
                                 surrogate=not (exploring or jumping), fallback=fallback,
                                 jumping=jumping, divergences=self.health.divergences,
                                 far_proposals=self.far.count, frame_degree=self.frame.degree,
@@ -525,8 +336,8 @@ class SurrogateStep(ArrayStepShared):
             return RaveledVars(chain.current.q, q0.point_map_info), [stats]
         q = self.frame.leave(chain.current.q, before)
         if self.frame.map is not before:  # a refit in this iteration: the state is in the old frame
-            chain.current = convert_point(chain.current, before, self.frame.map)
-            chain.current_key = self.evaluator.key(chain.current.q)
+            self._move_to(chain, convert_point(chain.current, before, self.frame.map),
+                          chain.current_approximate)
         if np.isfinite(stats["model_logp"]):
             stats["model_logp"] = self.frame.model_logp(chain.current)
         return RaveledVars(q, q0.point_map_info), [stats]
@@ -534,18 +345,8 @@ class SurrogateStep(ArrayStepShared):
     def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
                     surrogate: bool) -> SamplerWarning | None:
         """The draw's chain health (``health/chain_health.py``); a divergence's debug record."""
-        return self.health.watch(info, fallback, surrogate, self._chain_name(),
+        return self.health.watch(info, fallback, surrogate, chain_name(self.rng),
                                  chain.iteration)
-
-    def _chain_name(self) -> str:
-        """``"chain 2"`` when PyMC's per-chain generator says which chain this is.
-
-        ``pm.sample`` spawns one generator per chain from its seed, so the first element
-        of the spawn key is the chain's index (best effort: a generator handed in by a
-        user, or a compound step's share of it, may say otherwise).
-        """
-        key = getattr(getattr(self.rng.bit_generator, "seed_seq", None), "spawn_key", ())
-        return f"chain {key[0]}" if key else "a chain"
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         """Hook: called after every transition, in tune and in the draws."""
@@ -584,9 +385,8 @@ class SurrogateStep(ArrayStepShared):
     # ------------------------------------------------------------ PyMC hooks
     @staticmethod
     def competence(var, has_grad):
-        if var.dtype in continuous_types:
-            return Competence.COMPATIBLE
-        return Competence.INCOMPATIBLE
+        return (Competence.COMPATIBLE if var.dtype in continuous_types
+                else Competence.INCOMPATIBLE)
 
     @staticmethod
     def _progressbar_config(n_chains=1):

@@ -26,6 +26,7 @@ from pymc_surrogate.step_methods.grid.precompute import (
     GridPrecomputeError,
     grid_settings,
 )
+from pymc_surrogate.step_methods.health.chain_health import chain_name
 from pymc_surrogate.step_methods.settings import GridBox, part_setting
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
@@ -311,7 +312,7 @@ class SparseGridHMC(SurrogateStep):
         """The skeleton's chain health, and how much of the chain lies outside the box, at
         the same checkpoints (draws 100, 200, 400, ...)."""
         divergence = super()._watch_draw(chain, info, fallback, surrogate)
-        self.grid_field.watch(self.health, self._chain_name(), chain.iteration)
+        self.grid_field.watch(self.health, chain_name(self.rng), chain.iteration)
         return divergence
 
     def _extra_stats(self, chain: ChainState) -> dict:

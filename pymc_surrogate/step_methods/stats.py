@@ -46,12 +46,12 @@ STATS = {
 }
 
 
-def draw_stats(info, chain, counts, learned, model_evals: int, gradient_evals: int, *,
+def draw_stats(info, chain, counts, learned, evals_before: tuple[int, int], *,
                surrogate: bool, fallback: bool, jumping: bool, divergences: int,
                far_proposals: int, frame_degree: int, warning, start: float) -> dict:
     """The ``STATS`` of one draw (the coverage's and the step class's own are added by the
-    step): its transition ``info``, the chain's evaluation ``counts`` and ``learned``
-    surrogate (the fits), and this draw's evaluations."""
+    step): its transition ``info``, the chain's evaluation ``counts`` (``evals_before``:
+    the logp and gradient counts before this draw) and ``learned`` surrogate (the fits)."""
     return {
         "accept": info.accept_prob,
         "accepted": float(info.accepted),
@@ -62,8 +62,8 @@ def draw_stats(info, chain, counts, learned, model_evals: int, gradient_evals: i
         "step_size": info.step_size,
         "n_steps": info.n_steps,
         "model_logp": np.nan if chain.current_approximate else -chain.current.potential,
-        "model_evals": model_evals,
-        "gradient_evals": gradient_evals,
+        "model_evals": counts.logp_evals - evals_before[0],
+        "gradient_evals": counts.grad_evals - evals_before[1],
         "total_model_evals": counts.logp_evals,
         "total_gradient_evals": counts.grad_evals,
         "training_size": len(learned.training),

@@ -24,8 +24,8 @@ import numpy as np
 
 from pymc_surrogate.step_methods.evaluation.model_functions import ModelFunctions
 
-__all__ = ["BatchResult", "INFINITE", "SERIAL", "evaluate_logp", "exploration_executor",
-           "refuse_in_a_rerun_script"]
+__all__ = ["BatchResult", "EXECUTOR_LEFT_BEHIND", "INFINITE", "SERIAL", "evaluate_logp",
+           "exploration_executor", "refuse_in_a_rerun_script"]
 
 SERIAL = ("serial", None)
 #: executor="auto" evaluates in worker processes only past this many seconds of serial
@@ -38,6 +38,14 @@ GUARD_ADVICE = (
     "Put the code that samples under `if __name__ == \"__main__\":` (Python's "
     "multiprocessing docs, 'Safe importing of main module'), or evaluate in this process: "
     "executor='serial', or threads, executor=concurrent.futures.ThreadPoolExecutor()."
+)
+
+#: Warned at a chain's first exploration where the executor did not pickle into the chain's
+#: process.
+EXECUTOR_LEFT_BEHIND = (
+    "the executor stayed in the parent process (it does not travel to PyMC's worker "
+    "processes), so this chain explores one model call at a time. Sample with cores=1 to "
+    "explore in batches on the executor."
 )
 
 

@@ -26,7 +26,7 @@ from pymc_surrogate.compat import bulk_ess
 from pymc_surrogate.core.types import TransitionInfo
 from pymc_surrogate.step_methods.part import ChainPart
 
-__all__ = ["ChainHealth", "centred_variables", "coordinate_names"]
+__all__ = ["ChainHealth", "centred_variables", "chain_name", "coordinate_names"]
 
 #: Consecutive rejected draws that make a chain "stuck" (at acceptance 0.2, the chance of
 #: this many in a row is 2e-10).
@@ -252,3 +252,14 @@ def centred_variables(model, vars) -> dict[str, tuple[str, ...]]:
         if scales:
             out[rv.name] = tuple(sorted(scale.name for scale in scales))
     return out
+
+
+def chain_name(rng: np.random.Generator) -> str:
+    """``"chain 2"`` when PyMC's per-chain generator says which chain this is.
+
+    ``pm.sample`` spawns one generator per chain from its seed, so the first element of the
+    spawn key is the chain's index (best effort: a generator handed in by a user, or a
+    compound step's share of it, may say otherwise).
+    """
+    key = getattr(getattr(rng.bit_generator, "seed_seq", None), "spawn_key", ())
+    return f"chain {key[0]}" if key else "a chain"
