@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from pymc.blocking import RaveledVars
-from pymc.stats.convergence import SamplerWarning, WarningType
+from pymc.stats.convergence import WarningType
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.step_methods.hmc.quadpotential import QuadPotentialDiagAdapt
@@ -145,14 +145,10 @@ class SurrogateStep(ArrayStepShared):
         return ChainState()
 
     def reset_tuning(self, start=None):
-        if self.sharing.follow_the_data():
-            self._forget_the_old_data()
+        if self.sharing.follow_the_data():  # after ``pm.set_data``: its store emptied
+            self.store = self.sharing.store
+            self.fit.forget_the_old_data()
         self.chain = self._new_chain()
-
-    def _forget_the_old_data(self) -> None:
-        """After ``pm.set_data``: drop what was learned from the old data's evaluations
-        (``SharedEvaluations.follow_the_data`` has emptied the step's own store)."""
-        self.store = self.sharing.store
 
     def _parts(self):
         """The parts that own a chain's state (``part.py``)."""
@@ -211,16 +207,18 @@ class SurrogateStep(ArrayStepShared):
         return self.kernel.transition(current, evaluate, field, tuning_now, self.rng)
 
     def _learns_from_store(self) -> bool:
-        """Whether the chain learns from other chains' evaluations: not from a noisy
-        (pseudo-marginal) logp's, whose estimates are the chain's own."""
-        return not self.pseudo_marginal and self.policy.source == "evaluations"
+        """Whether the chain learns (or finds a grid's box) from other chains' evaluations:
+        not from its own states, nor from a noisy (pseudo-marginal) logp's."""
+        return not self.pseudo_marginal and not self.policy.learns_from_states
 
     def _tuning_now(self, chain: ChainState) -> bool:  # in tuning and still adapting
         return self.tune and not chain.frozen
 
     def _measures_coverage(self) -> bool:
-        """Whether coverage applies (``coverage.py``): not in a compound step's block."""
-        return self.context.dim == 0
+        """Whether coverage applies (``coverage.py``): not in a compound step's block, nor
+        to a grid (the interpolant inside its box, the model outside: a temperature would
+        break it at the faces; its coverage is the box's)."""
+        return self.context.dim == 0 and not self.policy.designed
 
     def _surrogate_fit(self) -> SurrogateFit:
         """The step's surrogate family at a refit (``adaptation/surrogate_fit.py``)."""
@@ -319,8 +317,8 @@ class SurrogateStep(ArrayStepShared):
         )
         warning = None
         if not self.tune:  # a divergence's debug record
-            warning = self._watch_draw(chain, info, fallback,
-                                       surrogate=not (exploring or jumping))
+            warning = self.health.watch(info, fallback, not (exploring or jumping),
+                                        chain_name(self.rng), chain.iteration)
         # One warning a draw; a divergence is still counted by the `diverging` stat.
         warning = self.health.next_warning() or warning
         stats = {
@@ -341,12 +339,6 @@ class SurrogateStep(ArrayStepShared):
         if np.isfinite(stats["model_logp"]):
             stats["model_logp"] = self.frame.model_logp(chain.current)
         return RaveledVars(q, q0.point_map_info), [stats]
-
-    def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
-                    surrogate: bool) -> SamplerWarning | None:
-        """The draw's chain health (``health/chain_health.py``); a divergence's debug record."""
-        return self.health.watch(info, fallback, surrogate, chain_name(self.rng),
-                                 chain.iteration)
 
     def _after_iteration(self, chain: ChainState, info: TransitionInfo) -> None:
         """Hook: called after every transition, in tune and in the draws."""

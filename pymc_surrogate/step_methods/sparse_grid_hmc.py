@@ -3,30 +3,18 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods import stats as _stats
 from pymc_surrogate.step_methods.adaptation.training import TrainingPolicy
 from pymc_surrogate.step_methods.base import SurrogateStep
-from pymc_surrogate.step_methods.grid.domain import GridDomain
-from pymc_surrogate.step_methods.grid.field import (
-    GridPotential,
-    ghmc_complete_transition,
-)
 from pymc_surrogate.step_methods.grid.grid_fit import (
-    COMPOUND_BLACK_BOX,
-    GHMC_COMPLETE,
     GridFit,
-)
-from pymc_surrogate.step_methods.grid.precompute import (
-    GridPrecompute,
-    GridPrecomputeError,
+    grid_family,
     grid_settings,
 )
-from pymc_surrogate.step_methods.health.chain_health import chain_name
+from pymc_surrogate.step_methods.grid.precompute import GridPrecomputeError
 from pymc_surrogate.step_methods.settings import GridBox, part_setting
 from pymc_surrogate.step_methods.state import ChainState
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
@@ -139,58 +127,32 @@ class SparseGridHMC(SurrogateStep):
     # ``GridFit.fit`` returns the precomputed grid; the evaluations tune records serve
     # the exploration kernel and the skeleton's checks (the spurious-well floor), never a fit.
     policy = TrainingPolicy(source="design", refit="once")
-    stats_dtypes_shapes = {
-        **_stats.STATS,
-        "approximate": (bool, []),
-        "in_domain": (bool, []),
-    }
-
+    stats_dtypes_shapes = {**_stats.STATS, "approximate": (bool, []), "in_domain": (bool, [])}
     surrogate_family = (SmolyakGrid, NaiveGrid)
 
-    def __init__(
-        self,
-        vars=None,
-        *,
-        grid=None,
-        domain: GridBox | None = None,
-        executor="auto",
-        progressbar: bool | str = "auto",
-        exact: bool = True,
-        **kwargs,
-    ):
+    def __init__(self, vars=None, *, grid=None, domain: GridBox | None = None,
+                 executor="auto", progressbar: bool | str = "auto", exact: bool = True,
+                 **kwargs):
         owner = type(self).__name__
-        if not isinstance(exact, bool | np.bool_):
-            raise ValueError(f"exact must be True or False; got {exact!r}.")
-        grid, domain, executor, max_workers, save_grid = grid_settings(
-            owner, grid, part_setting(domain, GridBox, GridBox(), owner, "domain", kwargs),
-            executor, progressbar, kwargs)
-        self._grid_settings = executor, max_workers, progressbar, save_grid
-        self.exact, self.k, self._domain = bool(exact), float(domain.k), domain
-        self._grid_given = grid is not None
-        self._start_at_centre = grid is None and domain.bounds is None
+        domain = part_setting(domain, GridBox, GridBox(), owner, "domain", kwargs)
+        self.grid_settings = grid_settings(owner, grid, domain, executor, progressbar, exact,
+                                           kwargs)
+        self.exact = self.grid_settings.exact
         super().__init__(vars, **kwargs)
-        if self.frame.learned:
-            raise ValueError(
-                "SparseGridHMC builds its grid in the affine frame only: frame='triangular' "
-                "is SurrogateHMC's, AdaptiveSurrogateHMC's, VariationalHMC's and KernelHMC's.")
-        if self.context.dim and not self.has_gradient:
-            warnings.warn(COMPOUND_BLACK_BOX, UserWarning, stacklevel=2)
-        if grid is not None:
-            self.precomputed.load(grid)
+        self.fit.check_step(self.frame.learned, self.context.dim > 0, self.exact)
+        self.health.also_check(self.fit.potential.watch)  # the share outside the box
+        if self.grid_settings.grid is not None:
+            self.fit.precompute.load(self.grid_settings.grid)
             self.chain = self._new_chain()
-        if not self.exact:
-            warnings.warn(GHMC_COMPLETE, UserWarning, stacklevel=2)
 
     def default_surrogate(self):
         """None: the grid's kind follows the dimension (``GridPrecompute``)."""
         return None
 
-    grid_ = property(lambda self: self.precomputed.grid, doc="The fitted grid (or None).")
-    box_ = property(lambda self: self.precomputed.box,
-                    doc="The grid's box and its Gaussian (``BoxGaussian``).")
-    precompute_ = property(lambda self: self.precomputed.info,
-                           doc="What the grid cost: nodes, boxes, refits, model_evals, "
-                               "retried, seconds, outside_support (and saved or loaded).")
+    grid_ = property(lambda self: self.fit.precompute.grid, doc="The fitted grid (or None).")
+    box_ = property(lambda self: self.fit.precompute.box, doc="The box's ``BoxGaussian``.")
+    precompute_ = property(lambda self: self.fit.precompute.info,
+                           doc="What the grid cost (see Notes), and where it was saved.")
     box_mean_ = property(lambda self: self.box_.mean, doc="The box's Gaussian's mean.")
     box_cov_ = property(lambda self: self.box_.cov, doc="The box's Gaussian's covariance.")
 
@@ -200,86 +162,48 @@ class SparseGridHMC(SurrogateStep):
         ``precompute_``). Without a given domain the grid is built at the end of the first
         chain's warm-up; a step made with ``grid=`` has one already."""
         if self.grid_ is None:
-            self.precomputed.build_given()
+            self.fit.precompute.build_given()
         return self.grid_
 
     # ------------------------------------------------------------ the grid family
     def _surrogate_fit(self) -> GridFit:
         """The grid, in its box's scale (``grid/grid_fit.py``): no model evaluation here;
-        the grid is built at first use (``GridFit.prepare_refit``, ``_current_point``) or
+        the grid is built at first use (``GridFit.prepare_refit``, ``GridFit.enter``) or
         by ``precompute()``."""
-        executor, max_workers, progressbar, save_grid = self._grid_settings
-        shape, box = GridDomain(self.dim, self.k, self.has_gradient), self._domain
-        self.precomputed = GridPrecompute(
-            type(self).__name__, self.surrogate, shape, shape.given(box.bounds, box.mean, box.cov),
-            self.k, executor, max_workers, progressbar, save_grid, self.functions,
-            self._model, self.vars, self.evaluator, self.has_gradient)
-        self.grid_field = GridPotential(self.precomputed, self.context, self.functions,
-                                        self.evaluator, self.has_gradient, self.k,
-                                        self.tuning.far_sd)
-        return GridFit(self.surrogate, self.learned, self.policy, self.context, self.dim,
-                       self.has_gradient, self._surrogate_field, self.precomputed,
-                       self.grid_field, self.exploration, self.tuning)
-
-    def _forget_the_old_data(self) -> None:
-        """The grid built from the old data's posterior goes too (a given one stays)."""
-        super()._forget_the_old_data()
-        if not self._grid_given:
-            self.precomputed.forget()
+        return grid_family(self, self.grid_settings)
 
     def _new_chain(self) -> ChainState:
         chain = super()._new_chain()
-        if getattr(self, "grid_", None) is not None:  # (None while the step is made)
+        if self.grid_ is not None:  # built before this chain (given, or by an earlier one)
             self._start_on_grid()
         return chain
 
-    def _start_on_grid(self) -> None:
-        """A chain that starts on a grid built before it (given, or by an earlier chain of
-        this process): the box's Gaussian as its first metric, no warm-up; the metric and
-        step size re-adapt on the grid at the refit times from iteration 52 on."""
-        self.kernel.use(metric=self.precomputed.box_metric(
-            self.kernel_settings.dense_mass is not False, self.rng.spawn(1)[0]))
-        self.refits.use_surrogate(self.grid_)
-        self.schedule.start_after(1)
-
-    def _measures_coverage(self) -> bool:
-        # The interpolant inside the box, the model outside: a temperature would break it
-        # at the faces. Its coverage is the box's (``GridPotential.outside_share``).
-        return False
-
-    def _learns_from_store(self) -> bool:
-        """The warm-up's box is found from every chain's evaluations (the store's)."""
-        return not self.pseudo_marginal
+    def _start_on_grid(self) -> None:  # (``GridFit.start_on_grid``)
+        self.fit.start_on_grid(self.kernel, self.refits, self.schedule,
+                               self.kernel_settings.dense_mass is not False, self.rng)
 
     # ------------------------------------------------------------ the iteration
     def _current_point(self, chain: ChainState, q: np.ndarray) -> ChainPoint:
         self._q_now = q
-        if self.grid_ is None and self.precomputed.given is not None:
-            self.precomputed.build()  # a given domain: built at first use
-        if self.grid_ is not None and self.tune and chain.iteration == 0:
-            if self.learned.surrogate is None:
-                self._start_on_grid()
-            if self._start_at_centre:
-                q = self.grid_field.tuning_start(q)
-        if not self._approximate(chain):
-            return super()._current_point(chain, q)
-        if chain.current is not None and chain.current_key == self.evaluator.key(q):
-            return chain.current
-        return ChainPoint(q, self.grid_field.grid_potential(q, self._unrecorded(chain)), None)
+        q = self.fit.enter(q, self.tune and chain.iteration == 0, self._start_on_grid)
+        if self._approximate(chain) and (chain.current is None
+                                         or chain.current_key != self.evaluator.key(q)):
+            return self.fit.approximate_point(q, self._unrecorded(chain))
+        return super()._current_point(chain, q)
 
     def _unrecorded(self, chain: ChainState):
         """The chain's model evaluations that are no training data (``GridPotential``)."""
         return lambda q, with_grad: self._evaluate(chain, q, with_grad=with_grad, record=False)
 
     def _surrogate_field(self, chain: ChainState, model_outside: bool = True):
-        return self.grid_field.field(self._unrecorded(chain), model_outside)
+        return self.fit.potential.field(self._unrecorded(chain), model_outside)
 
     def _explores_now(self, chain: ChainState) -> bool:
         """A black box's gradient-free fallback outside the box (``grid/field.py``): in
         tuning every iteration that starts outside it, in the draws a fixed share."""
-        if self.has_gradient or self._approximate(chain) or chain.frozen or self.grid_ is None:
-            return super()._explores_now(chain)
-        return super()._explores_now(chain) or not self.grid_.contains(self._q_now)
+        outside = not (self.has_gradient or chain.frozen or self.grid_ is None
+                       or self.grid_.contains(self._q_now))
+        return super()._explores_now(chain) or outside
 
     def _approximate(self, chain: ChainState) -> bool:
         return not self.exact and chain.frozen
@@ -288,32 +212,18 @@ class SparseGridHMC(SurrogateStep):
                         record: bool = True) -> TransitionInfo:
         if not self._approximate(chain):
             return super()._surrogate_step(chain, current, record)
-        evaluate = self._unrecorded(chain)
-        return ghmc_complete_transition(
-            current, self._surrogate_field(chain),
-            lambda q, value: self.grid_field.grid_potential(q, evaluate, value),
-            self.kernel, self.rng)
+        return self.fit.approximate_transition(current, self._surrogate_field(chain),
+                                               self._unrecorded(chain), self.kernel, self.rng)
 
     def stop_tuning(self):
         first, on_grid = not self.chain.frozen, self.grid_ is not None
         super().stop_tuning()
-        if not on_grid:  # tuning ended before the warm-up did
-            return
-        if first:
+        if on_grid and first:  # (not where tuning ended before the warm-up did)
             self.fit.tuning_ended(self._access(self.chain), self.exact,
                                   self.refits.suggested_tune())
-        if not self.exact:
+        if on_grid and not self.exact:
             self.exploration.never_in_draws()  # one target: exp(-U~) everywhere
             self.chain.current = self.chain.current_key = None  # its potential is U~ now
 
-    # ------------------------------------------------------------------ health and stats
-    def _watch_draw(self, chain: ChainState, info: TransitionInfo, fallback: bool,
-                    surrogate: bool):
-        """The skeleton's chain health, and how much of the chain lies outside the box, at
-        the same checkpoints (draws 100, 200, 400, ...)."""
-        divergence = super()._watch_draw(chain, info, fallback, surrogate)
-        self.grid_field.watch(self.health, chain_name(self.rng), chain.iteration)
-        return divergence
-
     def _extra_stats(self, chain: ChainState) -> dict:
-        return self.grid_field.stats(chain.current, self._approximate(chain))
+        return self.fit.potential.stats(chain.current, self._approximate(chain))

@@ -156,6 +156,9 @@ class SurrogateFit(ChainPart):
     def reframe(self, to_new: Callable[[np.ndarray], np.ndarray]) -> None:
         """Hook: what the family keeps in the chain's coordinates, into a new frame's."""
 
+    def forget_the_old_data(self) -> None:
+        """Hook: after ``pm.set_data``, what the family built from the old data goes."""
+
     # --------------------------------------------------------------- the scale
     def scale_frame(self) -> Whitening | None:
         """A scale known before sampling, in which mass matrices are estimated (None: the

@@ -8,22 +8,32 @@ chain has states enough to estimate it.
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from pymc.stats.convergence import WarningType
 
+from pymc_surrogate.core.types import ChainPoint, TransitionInfo
 from pymc_surrogate.step_methods.adaptation.surrogate_fit import SurrogateFit
+from pymc_surrogate.step_methods.evaluation.batch import SERIAL
+from pymc_surrogate.step_methods.grid.domain import GridDomain
 from pymc_surrogate.step_methods.grid.field import (
     OUTSIDE_SHARE,
     POOR_MOVE_RATE,
+    GridPotential,
+    ghmc_complete_transition,
     outside_states_message,
     poor_moves_message,
     short_tuning_message,
 )
+from pymc_surrogate.step_methods.grid.precompute import GridPrecompute
 from pymc_surrogate.surrogates.whitening import Whitening, robust_cholesky
 
-__all__ = ["COMPOUND_BLACK_BOX", "GHMC_COMPLETE", "GridFit"]
+__all__ = ["COMPOUND_BLACK_BOX", "GHMC_COMPLETE", "GridFit", "GridSettings", "grid_family",
+           "grid_settings"]
 
 #: Told for a black-box SparseGridHMC in a compound step.
 COMPOUND_BLACK_BOX = (
@@ -61,16 +71,69 @@ class GridFit(SurrogateFit):
         outside the box.
     tuning : Tuning
         ``refit_growth``, ``refit_offset``: the first re-adaptation on the grid.
+    start_at_centre : bool
+        A chain's first iteration on the grid starts at the box's centre where the
+        warm-up found the box (not given, nor a grid).
     """
 
     weighted = False
 
     def __init__(self, estimator, learned, policy, context, dim: int, has_gradient: bool,
-                 field: Callable, precompute, potential, exploration, tuning):
+                 field: Callable, precompute, potential, exploration, tuning,
+                 start_at_centre: bool = False):
         super().__init__(estimator, learned, policy, context, dim, has_gradient)
         self.field = field
         self.precompute, self.potential = precompute, potential
         self.exploration, self.tuning = exploration, tuning
+        self.start_at_centre = start_at_centre
+
+    def check_step(self, frame_learned: bool, compound: bool, exact: bool) -> None:
+        """Refuse a learned frame; warn of a black box's grid in a compound step and of
+        the approximate draws of ``exact=False``."""
+        if frame_learned:
+            raise ValueError(
+                "SparseGridHMC builds its grid in the affine frame only: frame='triangular' "
+                "is SurrogateHMC's, AdaptiveSurrogateHMC's, VariationalHMC's and KernelHMC's.")
+        if compound and not self.has_gradient:
+            warnings.warn(COMPOUND_BLACK_BOX, UserWarning, stacklevel=4)
+        if not exact:
+            warnings.warn(GHMC_COMPLETE, UserWarning, stacklevel=4)
+
+    def enter(self, q: np.ndarray, first: bool, start_on_grid: Callable[[], None]) -> np.ndarray:
+        """Where an iteration starts: a given domain's grid is built at first use; a chain's
+        first iteration on the grid starts on it (``start_on_grid`` where no grid was
+        fitted yet), at the box's centre where the warm-up found the box."""
+        if self.precompute.grid is None and self.precompute.given is not None:
+            self.precompute.build()
+        if self.precompute.grid is None or not first:
+            return q
+        if self.learned.surrogate is None:
+            start_on_grid()
+        return self.potential.tuning_start(q) if self.start_at_centre else q
+
+    def start_on_grid(self, kernel, refits, schedule, dense: bool,
+                      rng: np.random.Generator) -> None:
+        """A chain that starts on a grid built before it: the box's Gaussian as its first
+        metric, no warm-up; the metric and step size re-adapt on the grid at the refit
+        times from iteration 52 on."""
+        kernel.use(metric=self.precompute.box_metric(dense, rng.spawn(1)[0]))
+        refits.use_surrogate(self.precompute.grid)
+        schedule.start_after(1)
+
+    def forget_the_old_data(self) -> None:
+        """The grid built from the old data's posterior goes (a given one stays)."""
+        self.precompute.forget()
+
+    def approximate_point(self, q: np.ndarray, evaluate: Callable) -> ChainPoint:
+        """The state ``q`` with the grid's potential (``exact=False``'s draws)."""
+        return ChainPoint(q, self.potential.grid_potential(q, evaluate), None)
+
+    def approximate_transition(self, current: ChainPoint, field: Callable, evaluate: Callable,
+                               kernel, rng: np.random.Generator) -> TransitionInfo:
+        """``exact=False``'s draw: accepted with the grid's energy inside the box."""
+        return ghmc_complete_transition(
+            current, field, lambda q, value: self.potential.grid_potential(q, evaluate, value),
+            kernel, rng)
 
     def prepare_refit(self, access) -> bool:
         """The first fit, at the end of the warm-up, builds the grid (outside the refit's
@@ -138,3 +201,76 @@ class GridFit(SurrogateFit):
         adjoint PDE's warm-up otherwise spent thousands of solves on trajectories that
         leave the box)."""
         return self.field(chain, model_outside=False)
+
+
+class GridSettings(NamedTuple):
+    """SparseGridHMC's settings of its grid, checked (``grid_settings``)."""
+
+    grid: Any  # a fitted grid or a file that exists (None: built)
+    domain: Any  # GridBox
+    executor: Any
+    max_workers: int | None
+    progressbar: bool | str
+    save_grid: Any  # where a built grid is saved (a ``grid=`` file that does not exist)
+    exact: bool
+
+    @property
+    def start_at_centre(self) -> bool:
+        """The box is found by the warm-up (neither a grid nor bounds given)."""
+        return self.grid is None and self.domain.bounds is None
+
+
+def grid_family(step, settings: GridSettings) -> GridFit:
+    """``step``'s grid family: its precompute, its potential and their ``GridFit`` (no
+    model evaluation here)."""
+    k, box = float(settings.domain.k), settings.domain
+    shape = GridDomain(step.dim, k, step.has_gradient)
+    precompute = GridPrecompute(
+        type(step).__name__, step.surrogate, shape, shape.given(box.bounds, box.mean, box.cov),
+        k, settings.executor, settings.max_workers, settings.progressbar, settings.save_grid,
+        step.functions, step._model, step.vars, step.evaluator, step.has_gradient)
+    potential = GridPotential(precompute, step.context, step.functions, step.evaluator,
+                              step.has_gradient, k, step.tuning.far_sd)
+    return GridFit(step.surrogate, step.learned, step.policy, step.context, step.dim,
+                   step.has_gradient, step._surrogate_field, precompute, potential,
+                   step.exploration, step.tuning, settings.start_at_centre)
+
+
+def grid_settings(owner: str, grid, domain, executor, progressbar, exact,
+                  kwargs: dict) -> GridSettings:
+    """SparseGridHMC's grid settings, checked: a ``grid=`` path that does not exist yet is
+    where the grid is saved once built, an ``executor=`` number that many worker
+    processes. Refuses the flattened spellings of earlier releases (in ``kwargs``) with
+    the one that works."""
+    for flat, spelled in (("kind", "surrogate=SmolyakGrid() or surrogate=NaiveGrid()"),
+                          ("save_grid", "grid='file.npz' (built and saved there when "
+                           "the file does not exist, reused when it does)"),
+                          ("max_workers", "executor=<number of worker processes>")):
+        if flat in kwargs:
+            raise TypeError(f"{owner}: {flat} is gone: pass {spelled}.")
+    if not (progressbar == "auto" or isinstance(progressbar, bool | np.bool_)):
+        raise ValueError(f"progressbar must be True, False or 'auto'; got {progressbar!r}.")
+    max_workers = None
+    if isinstance(executor, int | np.integer) and not isinstance(executor, bool):
+        if executor < 1:
+            raise ValueError(f"executor as a number of worker processes must be at least "
+                             f"1; got {executor!r}.")
+        executor, max_workers = "process", int(executor)
+    if not (executor in SERIAL or executor in ("auto", "process")
+            or hasattr(executor, "submit") or hasattr(executor, "map")):
+        raise ValueError(
+            "executor must be 'auto', 'process', a number of worker processes, 'serial', "
+            "None, or an object with submit or map (a concurrent.futures.Executor, a Dask "
+            f"client's get_executor()); got {executor!r}."
+        )
+    save_grid = None
+    if isinstance(grid, str | os.PathLike) and not os.path.exists(grid):
+        grid, save_grid = None, grid  # built, then saved there
+    if (grid is not None and not isinstance(grid, str | os.PathLike)
+            and (domain.bounds is not None or domain.mean is not None)):
+        raise ValueError("give a grid or the domain it is to cover, not both (a grid "
+                         "brings its own domain).")
+    if not isinstance(exact, bool | np.bool_):
+        raise ValueError(f"exact must be True or False; got {exact!r}.")
+    return GridSettings(grid, domain, executor, max_workers, progressbar, save_grid,
+                        bool(exact))

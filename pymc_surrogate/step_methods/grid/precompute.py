@@ -24,8 +24,7 @@ from pymc_surrogate.step_methods.grid.domain import MAX_GROWTH, MAX_REFITS, BoxG
 from pymc_surrogate.surrogates.base import Domain, with_params
 from pymc_surrogate.surrogates.sparse_grid import NaiveGrid, SmolyakGrid
 
-__all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "grid_settings",
-           "load_grid"]
+__all__ = ["GridPrecompute", "GridPrecomputeError", "fill_outside_support", "load_grid"]
 
 
 #: The model evaluations a default grid may take (``SmolyakGrid``'s own default is larger:
@@ -122,8 +121,9 @@ class GridPrecompute:
         return QuadPotentialDiag(np.diag(self.box.cov).copy(), rng=rng)
 
     def forget(self) -> None:
-        """No grid (the data changed: ``pm.set_data``)."""
-        self.grid = self.box = None
+        """No grid (the data changed: ``pm.set_data``) unless one was given (loaded)."""
+        if self.info is None or "loaded" not in self.info:
+            self.grid = self.box = None
 
     def build(self, warm_up: dict | None = None) -> None:
         """The grid over the given domain, or over the warm-up's box (``warm_up``: the
@@ -348,39 +348,3 @@ def load_grid(path, dim: int):
             f"the grid in {path} has d = {grid.n_features_in_}; this step samples d = {dim}."
         )
     return grid
-
-
-def grid_settings(owner: str, grid, domain, executor, progressbar, kwargs: dict):
-    """SparseGridHMC's grid settings, checked: ``(grid, domain, executor, max_workers,
-    save_grid)``, a ``grid=`` path that does not exist yet being where the grid is saved
-    once built, and an ``executor=`` number that many worker processes. Refuses the
-    flattened spellings of earlier releases (in ``kwargs``) with the one that works."""
-    for flat, spelled in (("kind", "surrogate=SmolyakGrid() or surrogate=NaiveGrid()"),
-                          ("save_grid", "grid='file.npz' (built and saved there when "
-                           "the file does not exist, reused when it does)"),
-                          ("max_workers", "executor=<number of worker processes>")):
-        if flat in kwargs:
-            raise TypeError(f"{owner}: {flat} is gone: pass {spelled}.")
-    if not (progressbar == "auto" or isinstance(progressbar, bool | np.bool_)):
-        raise ValueError(f"progressbar must be True, False or 'auto'; got {progressbar!r}.")
-    max_workers = None
-    if isinstance(executor, int | np.integer) and not isinstance(executor, bool):
-        if executor < 1:
-            raise ValueError(f"executor as a number of worker processes must be at least "
-                             f"1; got {executor!r}.")
-        executor, max_workers = "process", int(executor)
-    if not (executor in SERIAL or executor in ("auto", "process")
-            or hasattr(executor, "submit") or hasattr(executor, "map")):
-        raise ValueError(
-            "executor must be 'auto', 'process', a number of worker processes, 'serial', "
-            "None, or an object with submit or map (a concurrent.futures.Executor, a Dask "
-            f"client's get_executor()); got {executor!r}."
-        )
-    save_grid = None
-    if isinstance(grid, str | os.PathLike) and not os.path.exists(grid):
-        grid, save_grid = None, grid  # built, then saved there
-    if (grid is not None and not isinstance(grid, str | os.PathLike)
-            and (domain.bounds is not None or domain.mean is not None)):
-        raise ValueError("give a grid or the domain it is to cover, not both (a grid "
-                         "brings its own domain).")
-    return grid, domain, executor, max_workers, save_grid

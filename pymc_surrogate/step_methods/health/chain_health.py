@@ -99,7 +99,12 @@ class ChainHealth(ChainPart):
         self.other_samplers = other_samplers
         self.coordinates = coordinates
         self.centred = centred or {}
+        self.checks = ()  # a step family's own checks (``also_check``)
         self.reset()
+
+    def also_check(self, check) -> None:
+        """``check(health, chain_name, iteration)`` runs after each draw's own checks."""
+        self.checks = (*self.checks, check)
 
     def warn(self, kind: WarningType, message: str, level: str, iteration: int) -> None:
         """Queue a warning for the next draws' ``warning`` stat (one per draw); ``level``
@@ -133,6 +138,8 @@ class ChainHealth(ChainPart):
             self.surrogate_draws += 1
             self.surrogate_acceptance += info.accept_prob
         self._judge(info, chain_name, iteration)
+        for check in self.checks:
+            check(self, chain_name, iteration)
         if not info.diverging:
             return None
         self.divergences += 1
