@@ -9,6 +9,10 @@ change that should leave every draw bit-identical: record before, compare after:
     # ... the change ...
     REPO=. python benchmarks/draws_guard.py compare /tmp/before.npz
     REPO=. python benchmarks/draws_guard.py compare /tmp/before.npz _G   # SparseGridHMC only
+    GUARD_WIDE=1 REPO=. python benchmarks/draws_guard.py save /tmp/wide.npz  # other models
+
+``GUARD_WIDE=1``: four posteriordb posteriors and the showcase's 20-d black-box PDE in place
+of the three small models (VariationalHMC on the posteriors only, which have a gradient).
 
 2 chains x (300 tune + 100 draws), ``cores=1``, seed 7; prints each run and, comparing,
 every array that differs (with its largest difference) and the count.
@@ -37,6 +41,15 @@ extra = {"S_riem": (SurrogateHMC, dict(kernel=dict(metric="riemannian"))),
          "S_ham": (SurrogateHMC, dict(kernel=dict(correction="hamiltonian")))}
 jobs = [(m, s, STEPS[s], {}) for m in MODELS for s in STEPS if not (s == "V" and m == "bb")]
 jobs += [("gauss", k, c, kw) for k, (c, kw) in extra.items()]
+if os.environ.get("GUARD_WIDE"):  # models none of us wrote, and the showcase's black box
+    from benchmarks import posteriordb
+    from benchmarks.models.elliptic_pde import make_pde_model
+    WIDE = {"pde": lambda: make_pde_model(gradient=False)[0],
+            **{name.split("-")[1]: (lambda name=name: posteriordb.make_model(name)[0])
+               for name in ("arma-arma11", "kilpisjarvi_mod-kilpisjarvi",
+                            "eight_schools-eight_schools_centered", "gp_pois_regr-gp_regr")}}
+    MODELS = WIDE
+    jobs = [(m, s, STEPS[s], {}) for m in WIDE for s in STEPS if not (s == "V" and m == "pde")]
 out = {}
 mode, path = sys.argv[1], sys.argv[2]
 sel = sys.argv[3] if len(sys.argv) > 3 else ""
