@@ -107,7 +107,6 @@ def build_parts(step, settings: StepSettings, store, executor, frame) -> None:
         else "pm.DEMetropolisZ or pm.Slice",
         coordinate_names(layout), centred_variables(model, vars),
     )
-    step.evaluator = Evaluator(functions, layout, owner, step.health.warn)
     step.dim = dim = int(sum(np.size(initial_point[v.name]) for v in vars))
     step.mass_matrix = MassMatrix(tuning, kernel.dense_mass, dim)
     step.far = FarProposals(dim, tuning.far_sd)
@@ -130,8 +129,9 @@ def build_parts(step, settings: StepSettings, store, executor, frame) -> None:
                  else step.default_frame)
     step.frame = Frame(frame_setting(frame, owner), dim)
     step.frame.check(owner, context.dim > 0, batched)
-    if step.frame.learned:  # the step sees the model in the chain's coordinates
-        step.evaluator.functions = FramedFunctions(functions, step.frame)
+    # in a learned frame the step sees the model in the chain's coordinates
+    step.evaluator = Evaluator(FramedFunctions(functions, step.frame) if step.frame.learned
+                               else functions, layout, owner, step.health.warn)
     scale = rounding = None
     if functions.finite_difference:
         # Central differences relative to each coordinate's prior sd, where there is one
