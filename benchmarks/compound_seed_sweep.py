@@ -18,7 +18,8 @@ check's ``n_sigma``), the summed per-chain ESS (the check's ``MIN_ESS`` floor is
 ArviZ's R-hat, and the check's verdict; a digest of the draws tells whether two runs of
 a seed (idle and loaded machine, two package versions) drew the same chain. The last line
 counts the seeds that pass.
-``--step`` picks another entry of ``pymc_surrogate.STEP_METHODS``; ``--timing slow`` makes
+``--step`` picks another entry of ``pymc_surrogate.STEP_METHODS`` (or ``NUTS``, PyMC's exact
+sampler on the same block, the reference for what the compound scheme itself mixes); ``--timing slow`` makes
 the one timed logp by which ``executor="auto"`` chooses between this process and worker
 processes read as it does on a loaded machine (``fast``: as on an idle one).
 
@@ -108,7 +109,8 @@ def run_seed(case: str, entry, seed: int) -> tuple[bool, list[str]]:
         lines.append(
             f"  {name}: mean={r(x.mean((0, 1)))} sd={r(x.std((0, 1)))} "
             f"z_mean={r(result.z_mean)} z_sd={r(result.z_sd)} (limit {result.n_sigma:.2f}) "
-            f"ESS(sum of chains)={r(np.round(result.chain_ess.sum(0)))} bulk ESS={r(np.round(bulk))} "
+            f"ESS(sum of chains)={r(np.round(result.chain_ess.sum(0)))} "
+            f"(chains' fewest {r(np.round(result.chain_ess.min(1)))}) bulk ESS={r(np.round(bulk))} "
             f"R-hat={r(rhat)} chi2(means)={r(result.q_mean)} (limit {result.q_limit:.1f}) "
             f"-> {', '.join(failures) or 'pass'}")
     digest = hashlib.sha1(b"".join(np.ascontiguousarray(idata.posterior[name].values).tobytes()
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("case", choices=sorted(CASES))
     parser.add_argument("--step", default=None,
-                        help="entry of STEP_METHODS (default: KernelHMC for compound, "
+                        help="entry of STEP_METHODS or NUTS (default: KernelHMC for compound, "
                              "SparseGridHMC for metropolis)")
     parser.add_argument("--seeds", type=int, nargs="*", default=list(range(10)))
     parser.add_argument("--timing", choices=("real", "fast", "slow"), default="real",
@@ -137,7 +139,12 @@ def main(argv=None) -> int:
         batch._serial_seconds = lambda logp, points: seconds
     logging.getLogger("pymc").setLevel(logging.ERROR)
     name = args.step or {"compound": "KernelHMC", "metropolis": "SparseGridHMC"}[args.case]
-    entry = {e.id: e for e in STEPS}[name]
+    if name == "NUTS":  # the reference: PyMC's exact NUTS on the same block
+        import pymc as pm
+
+        entry = lambda vars: pm.NUTS(vars)  # noqa: E731
+    else:
+        entry = {e.id: e for e in STEPS}[name]
     import pymc
 
     import pymc_surrogate
