@@ -151,7 +151,8 @@ def evaluate_logp(
     if executor in SERIAL:
         run = _serial_runner(_LocalLogp(functions))
     else:
-        function = node_logp or _NodeLogp.from_model(model, vars, owner)
+        function = node_logp or _NodeLogp.from_model(model, vars, owner,
+                                                     functions.shared_values())
         if executor == "process":
             workers = max_workers or os.cpu_count() or 1
             executor = close = ProcessPoolExecutor(
@@ -250,8 +251,17 @@ class _NodeLogp:
         self.key = hash(payload)
 
     @classmethod
-    def from_model(cls, model, vars, owner: str) -> _NodeLogp:
-        point = model.initial_point()
+    def from_model(cls, model, vars, owner: str, values: dict | None = None) -> _NodeLogp:
+        """The model's logp in ``vars`` at ``values`` of the variables outside them (by
+        name; the rest at the model's initial point).
+
+        Inside a CompoundStep the other blocks' values are the step's current ones
+        (``ModelFunctions.shared_values``): at the initial point the workers evaluated
+        another conditional than this process would (a grid beside pm.Metropolis, built
+        when y was 1.01, came out up to 3 nats off), so whether ``executor="auto"``, on
+        its timed logp, chose worker processes changed the draws.
+        """
+        point = {**model.initial_point(), **(values or {})}
         try:
             payload = cloudpickle.dumps((model, [v.name for v in vars], point))
         except Exception as err:

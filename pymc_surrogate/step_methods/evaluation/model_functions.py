@@ -88,6 +88,12 @@ class ModelFunctions:
             self.has_gradient = True
             self.extra_logp_per_gradient = 2 * int(sum(np.size(initial_point[v.name]) for v in vars))
 
+    def shared_values(self) -> dict:
+        """The current values of the variables outside the block, by name (what
+        ``ArrayStepShared`` last set)."""
+        return {var.name: np.array(shared.get_value(borrow=True))
+                for var, shared in self.shared.items()}
+
     def representable(self, q: np.ndarray) -> np.ndarray:
         """``q`` as float64, rounded to the model's precision: the point the compiled
         functions actually evaluate, so that the chain's state and its logp agree."""
