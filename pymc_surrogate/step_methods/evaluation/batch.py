@@ -256,10 +256,8 @@ class _NodeLogp:
         name; the rest at the model's initial point).
 
         Inside a CompoundStep the other blocks' values are the step's current ones
-        (``ModelFunctions.shared_values``): at the initial point the workers evaluated
-        another conditional than this process would (a grid beside pm.Metropolis, built
-        when y was 1.01, came out up to 3 nats off), so whether ``executor="auto"``, on
-        its timed logp, chose worker processes changed the draws.
+        (``ModelFunctions.shared_values``), so that worker processes evaluate the same
+        conditional as this process: the draws do not depend on where the nodes ran.
         """
         point = {**model.initial_point(), **(values or {})}
         try:

@@ -125,19 +125,13 @@ class GridPotential:
 
         The grid interpolates the block's potential at the other blocks' values when it
         was built; as they move, the conditional moves with them, and trajectories on the
-        grid alone kept proposing where the conditional was: x ~ N(0, I) beside y | x ~
-        N(x1 - x2 / 2, 1) under Metropolis had per-chain ESS 20 of 1500 and x's mean 4
-        MCSE off. Where the other blocks shift the conditional (a Gaussian's, exactly)
-        the tilt moves the grid with it. The level ``h`` makes it meet the model, which
-        is the field outside the box: without it the grid kept the level of the values it
-        was built at, on that model about ``(y^2 - y0^2) / 2`` below the model's (y the
-        other block's value now, y0 then), and the correction accepted a move from
-        outside into the box with probability about ``exp(-(y^2 - y0^2) / 2)``: with y in
-        its tail, a chain that had left the box stayed out (x unchanged for 80 draws, one
-        chain's ESS of y 21 of 1500). It depends on the other blocks' values only, not on
-        the chain's state, so the corrected chain stays exact; it costs one model
-        gradient at ``m`` per step after they moved. None outside a CompoundStep, and for
-        a black box (no gradient to tilt by).
+        grid alone keep proposing where the conditional was. Where the other blocks shift
+        the conditional (a Gaussian's, exactly) the tilt moves the grid with it; the level
+        ``h`` makes it meet the model, which is the field outside the box (without it a
+        chain that left the box is let back in only with probability ``exp(-h)``). It
+        depends on the other blocks' values only, not on the chain's state, so the
+        corrected chain stays exact; it costs one model gradient at ``m`` per step after
+        they moved. None outside a CompoundStep, and for a black box (no gradient).
         """
         if not self.context.dim or not self.has_gradient or self.grid is None:
             return None
