@@ -12,7 +12,8 @@ change that should leave every draw bit-identical: record before, compare after:
     GUARD_WIDE=1 REPO=. python benchmarks/draws_guard.py save /tmp/wide.npz  # other models
 
 ``GUARD_WIDE=1``: four posteriordb posteriors and the showcase's 20-d black-box PDE in place
-of the three small models (VariationalHMC on the posteriors only, which have a gradient).
+of the three small models (VariationalHMC on the posteriors only, which have a gradient);
+``GUARD_WIDE=name,name`` (posteriordb names): those posteriors and the PDE.
 
 2 chains x (300 tune + 100 draws), ``cores=1``, seed 7; prints each run and, comparing,
 every array that differs (with its largest difference) and the count.
@@ -46,8 +47,10 @@ if os.environ.get("GUARD_WIDE"):  # models none of us wrote, and the showcase's 
     from benchmarks.models.elliptic_pde import make_pde_model
     WIDE = {"pde": lambda: make_pde_model(gradient=False)[0],
             **{name.split("-")[1]: (lambda name=name: posteriordb.make_model(name)[0])
-               for name in ("arma-arma11", "kilpisjarvi_mod-kilpisjarvi",
-                            "eight_schools-eight_schools_centered", "gp_pois_regr-gp_regr")}}
+               for name in (os.environ["GUARD_WIDE"].split(",") if "-" in os.environ["GUARD_WIDE"]
+                            else ("arma-arma11", "kilpisjarvi_mod-kilpisjarvi",
+                                  "eight_schools-eight_schools_centered",
+                                  "gp_pois_regr-gp_regr"))}}
     MODELS = WIDE
     jobs = [(m, s, STEPS[s], {}) for m in WIDE for s in STEPS if not (s == "V" and m == "pde")]
 out = {}
