@@ -14,6 +14,8 @@ change that should leave every draw bit-identical: record before, compare after:
 ``GUARD_WIDE=1``: four posteriordb posteriors and the showcase's 20-d black-box PDE in place
 of the three small models (VariationalHMC on the posteriors only, which have a gradient);
 ``GUARD_WIDE=name,name`` (posteriordb names): those posteriors and the PDE.
+``GUARD_TABLE=1``: the tuning table's logistic regression (N = 3e4, d = 50) and correlated
+Gaussian (d = 32, condition number 1e4), SurrogateHMC and AdaptiveSurrogateHMC.
 
 2 chains x (300 tune + 100 draws), ``cores=1``, seed 7; prints each run and, comparing,
 every array that differs (with its largest difference) and the count.
@@ -53,6 +55,12 @@ if os.environ.get("GUARD_WIDE"):  # models none of us wrote, and the showcase's 
                                   "gp_pois_regr-gp_regr"))}}
     MODELS = WIDE
     jobs = [(m, s, STEPS[s], {}) for m in WIDE for s in STEPS if not (s == "V" and m == "pde")]
+if os.environ.get("GUARD_TABLE"):  # the tuning table's (benchmarks/tuning_payoff.py) others
+    from benchmarks.models.gaussians import make_correlated_gaussian
+    from benchmarks.models.logistic import make_logistic_regression
+    MODELS = {"logistic": lambda: make_logistic_regression(30_000, 50)[0],
+              "gauss32": lambda: make_correlated_gaussian(32, 1e4)[0]}
+    jobs = [(m, s, STEPS[s], {}) for m in MODELS for s in ("S", "A")]
 out = {}
 mode, path = sys.argv[1], sys.argv[2]
 sel = sys.argv[3] if len(sys.argv) > 3 else ""
