@@ -152,7 +152,7 @@ def build_parts(step, settings: StepSettings, store, executor, frame) -> None:
     step.store = make_store(store, owner)
     step.sharing = SharedEvaluations(step.store, step._learns_from_store(),
                                      step.explore_steps, tuning.own_exploration_share)
-    step.sharing.bind(model, vars, store, dim, context.dim)
+    step.sharing.bind(model, vars, store, dim, context.dim, owner)
     step.surrogate_tuning = SurrogateTuning(
         (step.sharing.tuned or step.exploration.batched) and context.dim == 0,
         step.explore_tries if step.exploration.batched else 1, tuning,

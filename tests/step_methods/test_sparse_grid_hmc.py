@@ -387,17 +387,19 @@ def test_a_setting_of_the_grid_given_flat_is_refused_with_the_spelling_that_work
             SparseGridHMC(**{**QUIET, **flat})
 
 
-def test_a_grid_file_is_built_where_missing_and_reused_where_present(tmp_path):
-    """``grid="file.npz"``: the first run builds and saves it, the next reuses it."""
+def test_a_grid_file_is_built_where_missing_and_reused_where_present(tmp_path, caplog):
+    """``grid="file.npz"``: the first run builds and saves it, the next reuses it, and says so."""
     path = tmp_path / "grid.npz"
-    with gaussian_model(MEAN, COV):
+    with gaussian_model(MEAN, COV), caplog.at_level("INFO", logger="pymc"):
         step = SparseGridHMC(grid=path, domain=GridBox(bounds=(-4.0, 4.0)),
                              surrogate=NaiveGrid(max_nodes=30), **QUIET)
         assert step.grid_ is None and not path.exists()  # nothing evaluated yet
         built = step.precompute()
         assert path.exists() and step.precompute_["saved"]
+        assert "is reused" not in caplog.text
         again = SparseGridHMC(grid=path, domain=GridBox(bounds=(-4.0, 4.0)), **QUIET)
     assert again.precompute_["model_evals"] == 0
+    assert f"({built.n_nodes_} nodes) is reused: no model evaluation" in caplog.text
     np.testing.assert_array_equal(again.grid_.values_, built.values_)
 
 

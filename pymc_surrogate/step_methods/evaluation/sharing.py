@@ -22,6 +22,7 @@ changed the model's data starts the step's own store afresh, and refuses one the
 
 from __future__ import annotations
 
+import logging
 import os
 
 from pymc.step_methods.state import DataClassState, dataclass_state
@@ -95,9 +96,10 @@ class SharedEvaluations(ChainPart):
         self.tuned = self.warm and store.tuned > 0
         self.reset()
 
-    def bind(self, model, vars, given, dim: int, context_dim: int) -> None:
-        """Claim a store the user gave for this model (a step's own needs no key), and note
-        the model's data, which ``follow_the_data`` compares with at each chain's start."""
+    def bind(self, model, vars, given, dim: int, context_dim: int, owner: str) -> None:
+        """Claim a store the user gave for this model (a step's own needs no key), say what
+        a kept file holds from earlier runs, and note the model's data, which
+        ``follow_the_data`` compares with at each chain's start."""
         graph = model.logp()
         self.data = model_data(graph)
         self.fingerprint = data_fingerprint(self.data)
@@ -107,6 +109,23 @@ class SharedEvaluations(ChainPart):
         described = ", ".join(f"{v.name}{tuple(v.type.shape)}" for v in vars)
         key = "" if self.store.user_key else model_key(model, vars, graph)
         self.store.bind(key, dim, context_dim, described)
+        if self.store.kept and len(self.store):
+            logging.getLogger("pymc").info(self.reused(owner))
+
+    def reused(self, owner: str) -> str:
+        """What a kept store brings to this run, and what the run does with it."""
+        store = self.store
+        held = (f"{owner}: the store {store.path!r} holds {len(store)} evaluations of this "
+                f"model from earlier runs, with {store.explored} of the {self.explore_steps} "
+                "exploration steps")
+        if not self.learns:
+            return held + "; this step learns from its own chain only and does not read them."
+        if self.tuned:
+            return held + (f" and the tuning of {store.tuned} chain(s): the chains fit at "
+                           "once and tune on the surrogate alone.")
+        if self.warm:
+            return held + ": the chains fit at once."
+        return held + ": they are training data, and the exploration goes on to the rest."
 
     def follow_the_data(self) -> bool:
         """Whether the model's data changed (``pm.set_data``) since the step last sampled.

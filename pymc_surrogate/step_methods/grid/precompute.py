@@ -103,6 +103,10 @@ class GridPrecompute:
         self.use(loaded, {
             "nodes": loaded.n_nodes_, "model_evals": 0, "seconds": 0.0, "retried": 0,
             "loaded": str(grid) if isinstance(grid, str | os.PathLike) else type(grid).__name__})
+        if isinstance(grid, str | os.PathLike):
+            logging.getLogger("pymc").info(
+                f"{self.owner}: the grid in {str(grid)!r} ({loaded.n_nodes_} nodes) is reused: "
+                "no model evaluation for it. Delete the file to build a new one.")
 
     def build_given(self) -> None:
         """The grid over the domain given (``SparseGridHMC.precompute()``)."""

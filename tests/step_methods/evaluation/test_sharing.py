@@ -93,6 +93,22 @@ def test_a_second_run_on_a_kept_store_fits_before_its_first_draw(tmp_path):
     assert len(EvaluationStore(path)) == held + int(stats["total_model_evals"].values[0, -1])
 
 
+def test_a_rerun_says_what_its_kept_store_brings(tmp_path, caplog):
+    model = black_box_model()
+    path = tmp_path / "run.sqlite"
+    with caplog.at_level("INFO", logger="pymc"), model:
+        SurrogateHMC(store=path)
+    assert "earlier runs" not in caplog.text  # a new file holds nothing to say
+    sample(model, store=path, chains=1)
+    held = len(EvaluationStore(path))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="pymc"), model:
+        SurrogateHMC(store=path)
+    said = [r.getMessage() for r in caplog.records if "earlier runs" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert f"holds {held} evaluations" in said[0] and "tune on the surrogate alone" in said[0]
+
+
 def test_a_step_refuses_a_store_of_another_model(tmp_path):
     path = tmp_path / "run.sqlite"
     with black_box_model():
