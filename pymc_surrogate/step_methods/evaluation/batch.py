@@ -203,10 +203,19 @@ def _chunk_size(n: int, executor, max_workers: int | None) -> int:
     return max(1, int(np.ceil(n / (4 * workers))))
 
 
-def _evaluate_rows(logp, points: np.ndarray) -> list[tuple[float, str | None]]:
-    """``logp`` at each row; a failure is a (NaN, message) entry, never an exception."""
+def _evaluate_rows(logp, points: np.ndarray,
+                   in_worker: bool = False) -> list[tuple[float, str | None]]:
+    """``logp`` at each row; a failure is a (NaN, message) entry, never an exception.
+
+    ``in_worker``: the rows are a worker's chunk, and the worker ends before each row once
+    the process that submitted it is gone (``kill -9`` of a run): its results have nowhere
+    to go, and a pool's workers went on calling the model for the rest of their chunks.
+    """
+    parent = multiprocessing.parent_process() if in_worker else None
     out = []
     for q in points:
+        if parent is not None and not parent.is_alive():
+            os._exit(1)
         try:
             value = float(logp(q))
         except Exception as err:  # noqa: BLE001 - reported with the point's coordinates
@@ -286,7 +295,7 @@ class _NodeLogp:
         return logp
 
     def __call__(self, points: np.ndarray):
-        return _evaluate_rows(self._logp(), points)
+        return _evaluate_rows(self._logp(), points, in_worker=True)
 
 
 def _serial_runner(function) -> Callable[..., Iterator]:

@@ -5,8 +5,10 @@ pools, Dask, map-only executors and models that do not pickle through it.
 """
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -119,3 +121,60 @@ def test_a_script_without_a_main_guard_is_told_what_to_add(tmp_path):
     assert 'if __name__ == "__main__":' in done.stderr
     assert "running your script again from the top" in done.stderr  # the worker's own error
     assert "bootstrapping phase" not in done.stderr  # Python's own, which says nothing of it
+
+
+KILLED_GRID = """
+import sys, time
+import numpy as np, pymc as pm, pytensor.tensor as pt
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pymc_surrogate import GridBox, SparseGridHMC
+from pymc_surrogate.surrogates import NaiveGrid
+
+
+class Logged(Op):
+    __props__ = ("path",)
+
+    def __init__(self, path):
+        self.path = path
+
+    def make_node(self, x):
+        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+    def perform(self, node, inputs, outputs):
+        time.sleep(0.05)  # a model that takes its time
+        with open(self.path, "a") as log:
+            log.write("call\\n")
+        outputs[0][0] = np.asarray(-0.5 * float(np.sum(inputs[0] ** 2)))
+
+
+if __name__ == "__main__":
+    with pm.Model():
+        x = pm.Flat("x", shape=2)
+        pm.Potential("l", Logged(sys.argv[1])(x))
+        SparseGridHMC(executor=2, surrogate=NaiveGrid(max_nodes=400), progressbar=False,
+                      domain=GridBox(bounds=(-3.0, 3.0))).precompute()
+"""
+
+
+def test_no_worker_outlives_a_killed_run(tmp_path):
+    """``kill -9`` of a run while a process pool evaluates grid nodes: the workers stop
+    at their next evaluation (they went on through their chunks, 50 nodes of 0.05 s each
+    here, a served model's 247 calls after a kill)."""
+    script, log = tmp_path / "grid.py", tmp_path / "calls.txt"
+    script.write_text(KILLED_GRID)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    process = subprocess.Popen([sys.executable, str(script), str(log)], env=env, cwd=tmp_path)
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if log.exists() and log.read_text().count("\n") >= 10:
+            break
+        time.sleep(0.1)
+    assert process.poll() is None, "the precompute ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    at_kill = log.read_text().count("\n")
+    time.sleep(3.0)
+    after = log.read_text().count("\n")
+    assert after - at_kill <= 2, (at_kill, after)  # at most the call each worker was in
