@@ -156,7 +156,8 @@ def evaluate_logp(
         if executor == "process":
             workers = max_workers or os.cpu_count() or 1
             executor = close = ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_end_with_parent,
             )
         run = _executor_runner(executor, function)
     chunks = _chunks(n, _chunk_size(n, executor, max_workers))
@@ -203,19 +204,19 @@ def _chunk_size(n: int, executor, max_workers: int | None) -> int:
     return max(1, int(np.ceil(n / (4 * workers))))
 
 
-def _evaluate_rows(logp, points: np.ndarray,
-                   in_worker: bool = False) -> list[tuple[float, str | None]]:
-    """``logp`` at each row; a failure is a (NaN, message) entry, never an exception.
+def _end_with_parent() -> None:
+    """A pool worker's initializer: the worker ends when the process that made the pool
+    does, busy or idle. After ``kill -9`` of a run, a worker went on calling the model for
+    the rest of its chunk, then waited for work for ever."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=lambda: (parent.join(), os._exit(1)), daemon=True).start()
 
-    ``in_worker``: the rows are a worker's chunk, and the worker ends before each row once
-    the process that submitted it is gone (``kill -9`` of a run): its results have nowhere
-    to go, and a pool's workers went on calling the model for the rest of their chunks.
-    """
-    parent = multiprocessing.parent_process() if in_worker else None
+
+def _evaluate_rows(logp, points: np.ndarray) -> list[tuple[float, str | None]]:
+    """``logp`` at each row; a failure is a (NaN, message) entry, never an exception."""
     out = []
     for q in points:
-        if parent is not None and not parent.is_alive():
-            os._exit(1)
         try:
             value = float(logp(q))
         except Exception as err:  # noqa: BLE001 - reported with the point's coordinates
@@ -295,7 +296,7 @@ class _NodeLogp:
         return logp
 
     def __call__(self, points: np.ndarray):
-        return _evaluate_rows(self._logp(), points, in_worker=True)
+        return _evaluate_rows(self._logp(), points)
 
 
 def _serial_runner(function) -> Callable[..., Iterator]:

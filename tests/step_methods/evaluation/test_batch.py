@@ -124,7 +124,7 @@ def test_a_script_without_a_main_guard_is_told_what_to_add(tmp_path):
 
 
 KILLED_GRID = """
-import sys, time
+import os, sys, time
 import numpy as np, pymc as pm, pytensor.tensor as pt
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
@@ -144,7 +144,7 @@ class Logged(Op):
     def perform(self, node, inputs, outputs):
         time.sleep(0.05)  # a model that takes its time
         with open(self.path, "a") as log:
-            log.write("call\\n")
+            log.write(f"{os.getpid()}\\n")
         outputs[0][0] = np.asarray(-0.5 * float(np.sum(inputs[0] ** 2)))
 
 
@@ -158,9 +158,9 @@ if __name__ == "__main__":
 
 
 def test_no_worker_outlives_a_killed_run(tmp_path):
-    """``kill -9`` of a run while a process pool evaluates grid nodes: the workers stop
-    at their next evaluation (they went on through their chunks, 50 nodes of 0.05 s each
-    here, a served model's 247 calls after a kill)."""
+    """``kill -9`` of a run while the package's process pool evaluates grid nodes: the
+    workers end with it (they went on through their chunks, 50 nodes of 0.05 s each here,
+    then waited for work for ever)."""
     script, log = tmp_path / "grid.py", tmp_path / "calls.txt"
     script.write_text(KILLED_GRID)
     env = {**os.environ, "OMP_NUM_THREADS": "1",
@@ -178,3 +178,20 @@ def test_no_worker_outlives_a_killed_run(tmp_path):
     time.sleep(3.0)
     after = log.read_text().count("\n")
     assert after - at_kill <= 2, (at_kill, after)  # at most the call each worker was in
+    workers = {int(line) for line in log.read_text().split()}
+    assert len(workers) == 2
+    assert not [pid for pid in workers if _alive(pid)]  # busy or idle, none waits on
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
