@@ -134,11 +134,6 @@ def test_banana_against_quadrature(exact_step, black_box):
 
 
 test_banana_against_quadrature.known_defects = {
-    # Issue 34: right by a machine's luck. On Haswell OpenBLAS kernels, PyMC 5, at 906f333's
-    # draws: per-chain ESS 37/31 and 12/2, no warning (it passed where CI ran before, on
-    # SkylakeX); black box, 10 seeds of 2 x (1000 + 2000): right at 0 of 10
-    # (benchmarks/results/banana_coverage_baseline.md). `pytest -m experimental` runs it.
-    "KernelHMC": "its surrogate does not cover the banana's arms (docs/design.md, Coverage)",
     # Issue 34: with its gradient, a chain can miss the arms' tips for all its draws. At
     # the suite's seed on PyMC 6 (AVX-512 machines, this and CI's): chain 0's tuning never
     # reached beta1 < -1.8, its fit lies 4.5 nats too high at (-2, +-1.8) (3 nats above
