@@ -288,6 +288,13 @@ test_degenerate_data_right.known_defects = {
     # Gaussian base) is that corner, and the chain, learning from its own states, stays.
     "KernelHMC-flat_box-gradient": "a surrogate learnt from the chain's states keeps the "
                                    "corner its exploration saw (docs/reliability.md, Known bugs)",
+    # Measured 2026-12-03 at CI's seed: on PyMC 6.4 chain 0 hardly moves (ESS of x 6-7 over
+    # both chains, R-hat 1.19-1.27, chain means 1.0104e6 / 1.0081e6 against 1e6, sd 1e4),
+    # told twice (a fallback to the exploration kernel in 25% of its draws, an ESS of 4 in
+    # its first 400 draws); on PyMC 5.28 the same case passes. It ran only on PyMC 5 in CI
+    # until the generations' split of the CI cases moved it.
+    "KernelHMC-huge_location-black_box": "on PyMC 6 a chain sticks at the suite's seed, "
+                                         "warned (docs/reliability.md, Known bugs)",
 }
 test_degenerate_data_right.ci_rotation = 1  # CI: one entry a case and gradient source
 
