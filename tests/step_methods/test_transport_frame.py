@@ -109,3 +109,37 @@ def test_frame_auto_is_affine_where_a_learned_frame_cannot_run():
         KernelHMC([b], frame="triangular", model=model)
     with pytest.raises(ValueError, match="affine frame only"):
         SparseGridHMC(frame="triangular", model=model)
+
+
+
+def _slow_chain_in_a_box(n, seed, step=0.05):
+    """A random walk reflected in [0, 1]^2: a slow chain's states on a flat density."""
+    rng = np.random.default_rng(seed)
+    x = np.empty((n, 2))
+    x[0] = rng.uniform(size=2)
+    for i in range(1, n):
+        y = np.abs(x[i - 1] + step * rng.standard_normal(2))
+        x[i] = 1.0 - np.abs(1.0 - y)
+    return x
+
+
+def test_a_map_is_kept_only_where_it_straightens_the_states_potentials():
+    from pymc_surrogate.step_methods.adaptation.transport_frame import Frame
+    from tests.surrogates.test_triangular_map import banana, funnel
+
+    frame = Frame(TriangularMap(), 2)
+    # A slow chain's clusters on a flat box: the map's capacity choice bends them, but the
+    # potential is constant, quadratic in the affine frame and not in the map's.
+    for seed in (1, 4):
+        box = _slow_chain_in_a_box(500, seed)
+        assert not TriangularMap().fit(box).affine
+        assert frame.fitted(box, np.zeros(len(box))) is None
+    b1, b2 = (states := banana(600, seed=4)).T
+    potentials = 0.5 * b2**2 + 0.5 * ((b1 - 1.0 + b2**2) / 0.2) ** 2
+    assert list(frame.fitted(states, potentials).degrees_) == [0, 2]
+    # potentials unknown (moves on the surrogate alone) at most states: the rest decide
+    some = np.where(np.arange(len(states)) % 4 == 0, potentials, np.nan)
+    assert list(frame.fitted(states, some).degrees_) == [0, 2]
+    v, x = (states := funnel(600, seed=4)).T
+    potentials = v**2 / 18 + 0.5 * x**2 * np.exp(-v) + v / 2
+    assert list(frame.fitted(states, potentials).degrees_) == [0, 1]

@@ -32,7 +32,8 @@ from pymc_surrogate.step_methods.evaluation.store import StoredRows
 from pymc_surrogate.step_methods.part import ChainPart
 from pymc_surrogate.surrogates.triangular_map import TriangularMap
 
-__all__ = ["FRAMES", "Frame", "FramedFunctions", "convert", "convert_point", "frame_setting"]
+__all__ = ["FRAMES", "Frame", "FramedFunctions", "convert", "convert_point", "frame_setting",
+           "potential_misfit"]
 
 #: The values of ``frame=`` ("auto": the step's own choice, ``SurrogateStep.default_frame``).
 FRAMES = ("auto", "affine", "triangular")
@@ -159,16 +160,30 @@ class Frame(ChainPart):
             return -point.potential
         return -float(self.map.push_forward(point.q[None], np.array([point.potential]))[1][0])
 
-    def fitted(self, states: np.ndarray):
-        """A map fitted to ``states`` (model coordinates), None where it is affine; the
-        current map where there are too few states or the fit fails."""
+    def fitted(self, states: np.ndarray, potentials: np.ndarray):
+        """A map fitted to ``states`` (model coordinates, with their true potentials; NaN
+        where unknown), None where it is affine or does not straighten the potential more
+        than the affine frame (``potential_misfit``); the current map where there are too
+        few states or the fit fails."""
         if not self.learned or states.shape[0] < MIN_STATES_PER_DIM * self.dim:
             return self.map
         try:
             fitted = copy.deepcopy(self.estimator).fit(states)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError):
             return self.map
-        return None if fitted.affine else fitted
+        if fitted.affine:
+            return None
+        known = np.isfinite(potentials)
+        q, u = states[known], potentials[known]
+        # The map is fitted to where the states are; their potentials, which it never saw,
+        # tell whether it is a better frame: one in which the potential is closer to
+        # quadratic. A map can fit a slow chain's clusters on a flat box, where the
+        # potential is constant, and bend it.
+        affine = fitted.whitening_.to_white(q[:, fitted.order_])
+        z, u_z, _ = fitted.pull_back(q, u)
+        if not potential_misfit(z, u_z) < potential_misfit(affine, u):
+            return None
+        return fitted
 
     def use(self, new) -> None:
         """Run the chain in ``new``'s coordinates from now on."""
@@ -188,6 +203,18 @@ class Frame(ChainPart):
                           rows.gradients if has_grad else None, None, self.map)
         return rows._replace(positions=q, potentials=u,
                              gradients=g if has_grad else rows.gradients)
+
+
+def potential_misfit(z: np.ndarray, potential_z: np.ndarray) -> float:
+    """How far a potential is from quadratic in the coordinates ``z`` of its states: the
+    mean squared residual of its least-squares fit by ``c + b.z + sum_i a_i z_i^2`` over
+    them (0 where it is Gaussian with axes along ``z``, or flat). Whitened coordinates
+    need no cross terms. NaN where there are too few states for the fit."""
+    features = np.column_stack([np.ones(len(z)), z, z**2])
+    if len(z) <= features.shape[1]:
+        return np.nan
+    coef = np.linalg.lstsq(features, potential_z, rcond=None)[0]
+    return float(np.mean((potential_z - features @ coef) ** 2))
 
 
 def convert(q, potentials, grads, old, new):

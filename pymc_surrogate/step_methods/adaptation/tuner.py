@@ -112,8 +112,8 @@ class Tuner:
         if not self.frame.learned:
             return self.refits.refit(access)
         old = self.frame.map
-        states = self.refits.late_states()[0]
-        new = self.frame.fitted(states if old is None else old.forward(states))
+        states, potentials, _ = convert(*self.refits.late_states(), None, old, None)
+        new = self.frame.fitted(states, potentials)
         if new is not old:
             self.reframe(access, old, new)
         failed = self.learned.failed_fits
