@@ -95,7 +95,7 @@ class SurrogateStep(ArrayStepShared):
     default_kernel = HMCKernel(n_inner=1)
     #: The frame ``frame="auto"`` learns where it can (``adaptation/transport_frame.py``;
     #: the affine one in a compound step, with an executor or a Riemannian metric).
-    default_frame = "affine"
+    default_frame = "triangular"
 
     def check_kernel(self, kernel: HMCKernel) -> None:
         """Refuse kernel settings this step cannot run (the Euclidean metric only here)."""

@@ -102,9 +102,8 @@ class KernelHMC(SurrogateStep):
         ``False``: the model is a black box whatever it is (DE-MCz explores; on the
         suite's 2-d ridge regression it stayed where it started).
     frame : {"auto", "affine", "triangular"} or TriangularMap
-        As ``SurrogateHMC``; "auto" (default): "triangular" where the step samples the
-        whole model one evaluation at a time (the kernel fits the states where a curved
-        posterior is close to a Gaussian), else "affine".
+        As ``SurrogateHMC`` (the kernel fits the states where a curved posterior is close
+        to a Gaussian).
     **kwargs
         ``warmup``, ``target_accept``, ``store``, ``executor``, ``model``,
         ``rng``, ``initial_point``, ``compile_kwargs``, ``blocked`` as ``SurrogateHMC``.
@@ -163,7 +162,6 @@ class KernelHMC(SurrogateStep):
     """
 
     name = "kernel_hmc"
-    default_frame = "triangular"
     surrogate_family = (KernelExpFamilyLite, KernelExpFamilyFinite)
     stats_dtypes_shapes = {
         **_stats.STATS,

@@ -127,6 +127,7 @@ class SparseGridHMC(SurrogateStep):
     # ``GridFit.fit`` returns the precomputed grid; the evaluations tune records serve
     # the exploration kernel and the skeleton's checks (the spurious-well floor), never a fit.
     policy = TrainingPolicy(source="design", refit="once")
+    default_frame = "affine"  # the grid is built once, in the affine frame
     stats_dtypes_shapes = {**_stats.STATS, "approximate": (bool, []), "in_domain": (bool, [])}
     surrogate_family = (SmolyakGrid, NaiveGrid)
 

@@ -55,15 +55,16 @@ class SurrogateHMC(SurrogateStep):
         once.
     frame : {"auto", "affine", "triangular"} or TriangularMap
         The coordinates the surrogate is fitted and the trajectories run in. "affine": the
-        model's own, whitened by the posterior scale. "triangular" (experimental): the
-        reference coordinates ``z`` of a lower-triangular transport map ``q = T(z)``
+        model's own, whitened by the posterior scale. "triangular": the reference coordinates ``z`` of a lower-triangular transport map ``q = T(z)``
         fitted to the chain's tuning states at each refit and frozen for the draws
         (``TriangularMap``, or one given with its settings), in which a curved or
         scale-varying posterior looks close to ``N(0, I)``; the correction uses the true
         target in ``z``, ``pi(T(z)) |det J_T(z)|``, so the draws ``T(z)`` stay exact.
-        Where the map's held-out capacity choice finds nothing nonlinear, it is the
-        affine frame. Needs the whole model, the Euclidean metric and no executor.
-        "auto" (default): "affine" here (KernelHMC's is "triangular").
+        Where the map's held-out capacity choice finds nothing nonlinear, or the states'
+        potentials are no closer to quadratic in its coordinates, it is the affine frame.
+        Needs the whole model, the Euclidean metric and no executor. "auto" (default):
+        "triangular" where the step samples the whole model one evaluation at a time on
+        the Euclidean metric, else "affine" (stat ``frame_degree``: 0 in the affine frame).
     target_accept : float
         Step-size target of HMC on the surrogate alone (default 0.8).
     store : None, path, EvaluationStore or False

@@ -82,8 +82,7 @@ class VariationalHMC(SurrogateStep):
         default ``HMCKernel(n_inner=1)``.
     **kwargs
         Everything ``SurrogateHMC`` takes: ``warmup``, ``target_accept``,
-        ``store``, ``executor``, ``frame`` ("auto": affine; "triangular" learns a transport
-        map as SurrogateHMC does), ``model``, ``rng``, ``initial_point``,
+        ``store``, ``executor``, ``frame``, ``model``, ``rng``, ``initial_point``,
         ``compile_kwargs``, ``blocked``.
 
     Notes
