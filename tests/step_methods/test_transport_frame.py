@@ -80,8 +80,9 @@ def test_frame_settings():
         SurrogateHMC(frame="triangular", kernel={"metric": "riemannian"}, model=model)
     step = SurrogateHMC(frame=TriangularMap(max_degree=1), model=model)
     assert step.frame.estimator.max_degree == 1
-    assert not SurrogateHMC(model=model).frame.learned  # its default: affine
-    assert not VariationalHMC(model=model, use_gradient="finite_difference").frame.learned
+    assert SurrogateHMC(model=model).frame.learned  # the default: learned where it can run
+    assert VariationalHMC(model=model, use_gradient="finite_difference").frame.learned
+    assert not SurrogateHMC(kernel={"metric": "riemannian"}, model=model).frame.learned
 
 
 def test_kernel_hmc_learns_the_frame_by_default():
@@ -104,7 +105,8 @@ def test_frame_auto_is_affine_where_a_learned_frame_cannot_run():
         b = model["b"]
     assert not KernelHMC([b], model=model).frame.learned  # a compound step's block
     assert KernelHMC(model=model, executor=ThreadPoolExecutor(1)).frame.learned is False
-    assert not SurrogateHMC(model=model).frame.learned  # its default: affine
+    assert not SurrogateHMC([b], model=model).frame.learned
+    assert not SparseGridHMC(model=model).frame.learned  # its grid: affine only
     with pytest.raises(ValueError, match="whole model"):
         KernelHMC([b], frame="triangular", model=model)
     with pytest.raises(ValueError, match="affine frame only"):
