@@ -12,8 +12,9 @@ affine one::
 
 Per run, from the pooled draws against an exact reference (banana: quadrature; funnel:
 ``v ~ N(0, 9)`` and ``P(x < t) = E Phi(t exp(-v / 2))`` by quadrature; Gaussians: their
-mean and covariance): ``max_abs_z`` = max over coordinates of ``|mean - ref| / MCSE``;
-``sd_ratio_i`` = sd / ref sd and ``sd_ok_i`` = within 3 MCSE(sd); the shares below / above
+mean and covariance), by :func:`benchmarks.banana_coverage.measure`: ``max_abs_z`` = max
+over coordinates of ``|mean - ref| / MCSE``; ``sd_ratio_i`` = sd / ref sd and ``sd_ok_i`` =
+within 3 MCSE(sd), or for the funnel inside the 99 % band of exact draws; the shares below / above
 each marginal's 2.5% / 97.5% quantiles within the central 99% Binomial(n, 0.025) band
 (n = min tail ESS); ``max_rhat`` (rank); ``evals_per_ess`` = stat ``total_model_evals``
 summed over chains (tuning included) / min bulk ESS. ``right`` = max|z| <= 4, R-hat <= 1.01,
@@ -43,13 +44,14 @@ import arviz as az  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pymc as pm  # noqa: E402
-from scipy.optimize import brentq  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
-from benchmarks.banana_coverage import banana_reference_quantiles, black_box_banana  # noqa: E402
+from benchmarks.banana_coverage import (  # noqa: E402
+    banana_reference_quantiles, black_box_banana, funnel_reference,
+)
+from benchmarks.banana_coverage import measure as coverage_measure  # noqa: E402
 from benchmarks.harness import DEFAULT_RESULTS_DIR, format_cell, git_commit, parse_seeds  # noqa: E402
 from benchmarks.models.hard_geometry import make_funnel  # noqa: E402
-from benchmarks.real_posteriors import tail_band  # noqa: E402
 from pymc_surrogate import SurrogateHMC  # noqa: E402
 from pymc_surrogate.compat import posterior_dataset  # noqa: E402
 from tests.reliability.helpers import BlackBoxLogp  # noqa: E402
@@ -57,22 +59,8 @@ from tests.reliability.helpers import BlackBoxLogp  # noqa: E402
 if hasattr(az, "Numba"):
     az.Numba.disable_numba()
 
-Z_LIMIT, RHAT_LIMIT, SD_MCSE, TAIL_P, TAIL_LEVEL = 4.0, 1.01, 3.0, 0.025, 0.99
+TAIL_P = 0.025
 FRAMES = ("affine", "triangular")
-
-
-def funnel_reference():
-    """Mean, sd and 2.5% / 97.5% quantiles of (v, x) of the 2-d funnel."""
-    v_grid = np.linspace(-30, 30, 40001)
-    w = norm.pdf(v_grid, scale=3.0)
-    w /= w.sum()
-
-    def cdf_x(t):
-        return float(np.sum(w * norm.cdf(t * np.exp(-v_grid / 2))))
-
-    qx = [brentq(lambda t, p=p: cdf_x(t) - p, -1e4, 1e4, xtol=1e-10) for p in (TAIL_P, 1 - TAIL_P)]
-    quantiles = np.array([[3.0 * norm.ppf(TAIL_P), 3.0 * norm.ppf(1 - TAIL_P)], qx])
-    return np.zeros(2), np.array([3.0, np.exp(9.0 / 4.0)]), quantiles
 
 
 def gaussian(d: int, seed: int = 0):
@@ -113,37 +101,10 @@ def models(names):
 
 
 def measure(idata, names, ref):
-    post = posterior_dataset(idata)[names]
-    x = np.concatenate([post[n].values.reshape(post[n].shape[0] * post[n].shape[1], -1)
-                        for n in names], axis=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        vals = [np.concatenate([np.atleast_1d(f(post, **kw)[n].values) for n in names])
-                for f, kw in ((az.mcse, {"method": "mean"}), (az.mcse, {"method": "sd"}),
-                              (az.rhat, {}), (az.ess, {"method": "bulk"}),
-                              (az.ess, {"method": "tail"}))]
-    se, se_sd, rhat, ess_b, ess_t = vals
-    ref_mean, ref_sd, ref_q = ref
-    mean, sd = x.mean(axis=0), x.std(axis=0, ddof=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.nan_to_num((mean - ref_mean) / se, nan=np.inf)
-    row = {"max_abs_z": float(np.max(np.abs(z))), "max_rhat": float(np.max(rhat)),
-           "min_ess_bulk": float(ess_b.min()), "min_ess_tail": float(ess_t.min())}
-    lo, hi = tail_band(row["min_ess_tail"], p=TAIL_P, level=TAIL_LEVEL)
-    reasons = [f"z {row['max_abs_z']:.2f}"] if not row["max_abs_z"] <= Z_LIMIT else []
-    reasons += [f"rhat {row['max_rhat']:.3f}"] if not row["max_rhat"] <= RHAT_LIMIT else []
-    ratios, tails_ok = [], True
-    for i in range(x.shape[1]):
-        ratios.append(sd[i] / ref_sd[i])
-        if not abs(sd[i] - ref_sd[i]) <= SD_MCSE * se_sd[i]:
-            reasons.append(f"sd {i} x{ratios[-1]:.3f}")
-        for side, share in (("below", np.mean(x[:, i] < ref_q[i, 0])),
-                            ("above", np.mean(x[:, i] > ref_q[i, 1]))):
-            if not lo <= share <= hi:
-                tails_ok = False
-                reasons.append(f"tail {i} {side} {share:.4f}")
-    row.update(sd_ratios=" ".join(f"{r:.3f}" for r in ratios), tails_ok=tails_ok,
-               status="wrong" if reasons else "right", reasons="; ".join(reasons))
+    """:func:`benchmarks.banana_coverage.measure`, with the sd ratios as one column."""
+    row = coverage_measure(idata, ref, names)
+    dim = sum(key.startswith("sd_ratio_") for key in row)
+    row["sd_ratios"] = " ".join(f"{row[f'sd_ratio_{i}']:.3f}" for i in range(1, dim + 1))
     return row
 
 
