@@ -22,13 +22,15 @@ LOG_SCALE_MARGIN = 1.0
 LOG_SCALE_CLIP = 30.0
 
 
-def mean_terms(k: int, degree: int) -> list[tuple[int, ...]]:
-    """Monomials of the conditional mean: (), (j,), (i, j) up to ``degree`` in k inputs."""
+def mean_terms(k: int, degree: int, cross: bool = True) -> list[tuple[int, ...]]:
+    """Monomials of the conditional mean: (), (j,), (i, j) up to ``degree`` in k inputs
+    (``cross=False``: the squares (j, j) only)."""
     terms = [()]
     if degree >= 1:
         terms += [(j,) for j in range(k)]
     if degree >= 2:
-        terms += list(itertools.combinations_with_replacement(range(k), 2))
+        terms += (list(itertools.combinations_with_replacement(range(k), 2)) if cross
+                  else [(j, j) for j in range(k)])
     return terms
 
 
@@ -86,16 +88,17 @@ def held_out(n: int, share: float, blocks: int = 10) -> np.ndarray:
 
 
 def fit_regression(inputs: np.ndarray, target: np.ndarray, degree: int,
-                    ridge: float) -> tuple[np.ndarray, np.ndarray]:
+                    ridge: float, cross: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Maximum likelihood of ``target ~ N(m(inputs), exp(eta(inputs))^2)``, penalised.
 
     Block coordinate descent on the negative log-likelihood per point, which is convex in
     each block: the mean's coefficients by weighted least squares at the current scales,
     then a damped Newton step for the log-scale's (its Hessian ``psi^T diag(2 r^2 / s^2)
-    psi`` is positive semi-definite). Closed-form at degree 0.
+    psi`` is positive semi-definite). Closed-form at degree 0. ``cross=False``: no
+    products of two inputs in the mean (:func:`mean_terms`).
     """
     k = inputs.shape[1]
-    phi = features(inputs, mean_terms(k, degree))
+    phi = features(inputs, mean_terms(k, degree, cross))
     psi = features(inputs, scale_terms(k, degree))
     n, p_m = phi.shape
     penalty_m = np.r_[0.0, np.full(p_m - 1, ridge)]
@@ -124,14 +127,15 @@ def fit_regression(inputs: np.ndarray, target: np.ndarray, degree: int,
         grad = psi.T @ (1.0 - r2w) / n + penalty_s * b
         hess = (psi.T * (2.0 * r2w)) @ psi / n + np.diag(penalty_s) + 1e-10 * np.eye(b.size)
         step = np.linalg.lstsq(hess, grad, rcond=None)[0]
+        current = objective(a, b)
         for _ in range(30):  # halve the Newton step until the objective does not rise
             trial = b - step
             new = objective(a, trial)
-            if new <= objective(a, b):
+            if new <= current:
                 break
             step = 0.5 * step
         else:
-            trial, new = b, objective(a, b)
+            trial, new = b, current
         b = trial
         if value - new < 1e-10:
             break
@@ -139,14 +143,14 @@ def fit_regression(inputs: np.ndarray, target: np.ndarray, degree: int,
     return a, b
 
 
-def loglik(inputs, target, a, b, degree) -> np.ndarray:
+def loglik(inputs, target, a, b, degree, cross=True) -> np.ndarray:
     k = inputs.shape[1]
-    mean = features(inputs, mean_terms(k, degree)) @ a
+    mean = features(inputs, mean_terms(k, degree, cross)) @ a
     eta = np.clip(features(inputs, scale_terms(k, degree)) @ b, -LOG_SCALE_CLIP, LOG_SCALE_CLIP)
     return -0.5 * ((target - mean) * np.exp(-eta))**2 - eta - 0.5 * np.log(2 * np.pi)
 
 
-def held_out_loglik(inputs, target, fit_rows, held, degree, ridge) -> np.ndarray:
+def held_out_loglik(inputs, target, fit_rows, held, degree, ridge, cross=True) -> np.ndarray:
     """Per held-out row, the log-likelihood of a fit to the other rows."""
-    a, b = fit_regression(inputs[fit_rows], target[fit_rows], degree, ridge)
-    return loglik(inputs[held], target[held], a, b, degree)
+    a, b = fit_regression(inputs[fit_rows], target[fit_rows], degree, ridge, cross)
+    return loglik(inputs[held], target[held], a, b, degree, cross)

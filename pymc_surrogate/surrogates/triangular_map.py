@@ -172,7 +172,10 @@ class TriangularMap:
 
         Each candidate is scored by one held-out fit at ``max_degree`` (its gain over the
         Gaussian of the standardised coordinate): the order only has to tell a
-        coordinate that is a function of the others from one that is not.
+        coordinate that is a function of the others from one that is not. The scoring
+        mean has no products of two coordinates (squares only): with them a fit on d - 1
+        inputs has about ``d^2 / 2`` terms, and the search (about ``d^2 / 2`` fits) is
+        most of the map's cost in 20 dimensions. With one input (d = 2) nothing changes.
         """
         remaining = list(range(x.shape[1]))
         last_first = []
@@ -181,7 +184,8 @@ class TriangularMap:
             gains = []
             for j in remaining:
                 others = x[:, [i for i in remaining if i != j]]
-                ll = held_out_loglik(others, x[:, j], fit_rows, held, self.max_degree, self.ridge)
+                ll = held_out_loglik(others, x[:, j], fit_rows, held, self.max_degree,
+                                     self.ridge, cross=False)
                 base = held_out_loglik(others, x[:, j], fit_rows, held, 0, self.ridge)
                 gains.append(float(np.mean(ll - base)))
             best = remaining[int(np.argmax(gains))]
