@@ -175,7 +175,7 @@ class TriangularMap:
         coordinate that is a function of the others from one that is not. The scoring
         mean has no products of two coordinates (squares only): with them a fit on d - 1
         inputs has about ``d^2 / 2`` terms, and the search (about ``d^2 / 2`` fits) is
-        most of the map's cost in 20 dimensions. With one input (d = 2) nothing changes.
+        most of the map's cost in 20 dimensions. With one input (d = 2) the scoring is the same.
         The search stops where no remaining coordinate is explained by the others better
         than the Gaussian by ``min_gain_se`` standard errors (fewer inputs explain no
         more): they stay in the model's order, and a Gaussian posterior costs one round.
