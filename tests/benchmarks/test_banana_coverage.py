@@ -2,9 +2,10 @@
 its measured false-alarm rate, and draws that miss the funnel's neck or mouth fail it.
 
 Each case is a set of 2 x 1000 draws measured as one run (:func:`measure`). Over 200 sets
-per case (``pytest -m slow``): exact draws called wrong at 6 (3 %), draws without the neck
-(v > -4 or -5) or the mouth (v < 5 or 6) at 200 of 200, exact draws with x's sd scaled by 0.8
-or 1.25 at 87 and 100. CI checks 30 sets of exact draws and 20 of each broken case.
+per case (``pytest -m slow`` for the three below): exact draws called wrong at 6 (3 %),
+draws without the neck (v > -4) or the mouth (v < 5) at 200 of 200; measured the same way,
+v > -5 and v < 6 at 200 of 200, exact draws with x's sd scaled by 0.8 or 1.25 at 87 and
+100. CI checks 30 sets of exact draws and 20 of each broken case.
 """
 
 from __future__ import annotations
