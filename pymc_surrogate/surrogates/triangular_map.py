@@ -161,11 +161,15 @@ class TriangularMap:
         chosen, chosen_ll = 0, base
         for degree in range(1, top + 1):
             ll = held_out_loglik(inputs, target, fit_rows, held, degree, self.ridge)
-            diff = ll - chosen_ll
-            se = diff.std(ddof=1) / np.sqrt(diff.size)
-            if diff.mean() > self.min_gain_se * se and diff.mean() > 0:
+            if self._significant(ll - chosen_ll):
                 chosen, chosen_ll = degree, ll
         return chosen, float(np.mean(chosen_ll - base))
+
+    def _significant(self, gain: np.ndarray) -> bool:
+        """Whether a per-state held-out gain is positive by more than ``min_gain_se``
+        standard errors of its mean."""
+        mean = gain.mean()
+        return bool(mean > 0 and mean > self.min_gain_se * gain.std(ddof=1) / np.sqrt(gain.size))
 
     def _choose_order(self, x: np.ndarray, held: np.ndarray) -> np.ndarray:
         """Backward elimination: the coordinate best explained by the others goes last.
@@ -190,9 +194,8 @@ class TriangularMap:
                 ll = held_out_loglik(others, x[:, j], fit_rows, held, self.max_degree,
                                      self.ridge, cross=False)
                 base = held_out_loglik(others, x[:, j], fit_rows, held, 0, self.ridge)
-                gain = ll - base
-                gains.append(float(np.mean(gain)))
-                explained |= gains[-1] > self.min_gain_se * gain.std(ddof=1) / np.sqrt(gain.size)
+                gains.append(float(np.mean(ll - base)))
+                explained |= self._significant(ll - base)
             if not explained:
                 break
             best = remaining[int(np.argmax(gains))]
