@@ -27,7 +27,7 @@ def _result(draws: np.ndarray):
     d = draws.reshape(CHAINS, DRAWS, 2)
     posterior = xr.Dataset({"v": (("chain", "draw"), d[..., 0]),
                             "x": (("chain", "draw", "x_dim_0"), d[..., 1:])})
-    if hasattr(az, "InferenceData"):  # ArviZ 0
+    if int(az.__version__.split(".")[0]) < 1:  # ArviZ 1 keeps an InferenceData alias too
         return az.InferenceData(posterior=posterior)
     return xr.DataTree.from_dict({"posterior": posterior})
 
