@@ -257,9 +257,11 @@ def measure(idata, ref, names=("beta",)):
     return row
 
 
-def run(sampler, seed, tune, draws, chains, models, ref, sampler_kwargs=None, threads=0):
-    """One sampler at one seed: a row (an exception becomes an ``error`` row)."""
-    model, info = models["gradient" if sampler == "VariationalHMC" else "black_box"]
+def run(sampler, seed, tune, draws, chains, models, ref, sampler_kwargs=None, threads=0,
+        gradient=False):
+    """One sampler at one seed: a row (an exception becomes an ``error`` row). The model
+    has its gradient for VariationalHMC, and for every sampler with ``gradient``."""
+    model, info = models["gradient" if gradient or sampler == "VariationalHMC" else "black_box"]
     row = {"sampler": sampler, "seed": seed, "status": "error", "reasons": ""}
     if threads and sampler not in ("VariationalHMC", "SparseGridHMC"):
         sampler_kwargs = {**(sampler_kwargs or {}), "executor": ThreadPoolExecutor(threads)}
@@ -347,7 +349,10 @@ def main(argv=None):
     p.add_argument("--sampler-kwargs", help='JSON, e.g. {"SurrogateHMC": {"kernel": {"metric": "riemannian"}}}')
     p.add_argument("--executor-threads", type=int, default=0,
                    help="black-box samplers explore in batches on a ThreadPoolExecutor of "
-                        "this many threads (issue 36; 0: serially)")
+                        "this many threads (0: serially)")
+    p.add_argument("--gradient", action="store_true",
+                   help="every sampler gets the model with its gradient (default: only "
+                        "VariationalHMC; the others a black box)")
     a = p.parse_args(argv)
     seeds = parse_seeds(a.seeds)
     kwargs = json.loads(a.sampler_kwargs) if a.sampler_kwargs else {}
@@ -363,6 +368,7 @@ def main(argv=None):
         **({"sampler kwargs": json.dumps(kwargs)} if kwargs else {}),
         **({"executor": f"ThreadPoolExecutor({a.executor_threads}) for the black-box samplers"}
            if a.executor_threads else {}),
+        "gradient": "every sampler" if a.gradient else "VariationalHMC only (the others: black box)",
         "versions": f"{env['versions']}, arviz {az.__version__}, numpy {np.__version__}, "
         f"pymc_surrogate from {Path(pymc_surrogate.__file__).parent}",
         "date": f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
@@ -380,7 +386,7 @@ def main(argv=None):
         for seed in seeds:
             for sampler in split_names(a.samplers):
                 rows.append(r := run(sampler, seed, a.tune, a.draws, a.chains, models, ref,
-                                     kwargs.get(sampler), a.executor_threads))
+                                     kwargs.get(sampler), a.executor_threads, a.gradient))
                 print(f"[{_dt.datetime.now():%H:%M:%S}] {sampler} seed {seed}: {r['status']} "
                       f"z {r.get('max_abs_z', np.nan):.2f} rhat {r.get('max_rhat', np.nan):.3f} "
                       f"{r.get('wall_s', np.nan):.0f} s {r['reasons']}", flush=True)
