@@ -368,7 +368,8 @@ def main(argv=None):
         **({"sampler kwargs": json.dumps(kwargs)} if kwargs else {}),
         **({"executor": f"ThreadPoolExecutor({a.executor_threads}) for the black-box samplers"}
            if a.executor_threads else {}),
-        "gradient": "every sampler" if a.gradient else "VariationalHMC only (the others: black box)",
+        "gradient": ("every sampler" if a.gradient
+                     else "VariationalHMC only (the others: black box)"),
         "versions": f"{env['versions']}, arviz {az.__version__}, numpy {np.__version__}, "
         f"pymc_surrogate from {Path(pymc_surrogate.__file__).parent}",
         "date": f"{_dt.datetime.now():%Y-%m-%d %H:%M}",
