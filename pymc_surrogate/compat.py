@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - older PyTensor 2.x
     from pytensor.graph.basic import ancestors, io_toposort
 
 __all__ = [
+    "ARVIZ_1",
     "PYTENSOR_PULLBACK",
     "VJPOp",
     "ancestors",
@@ -37,8 +38,9 @@ __all__ = [
 #: PyTensor 3 differentiates through ``Op.pullback`` and warns on ``L_op`` / ``grad``.
 PYTENSOR_PULLBACK: bool = "pullback" in Op.__dict__
 
-#: ArviZ 1 moved its statistics to ``arviz_stats`` (PSIS among them).
-_ARVIZ_1: bool = int(az.__version__.split(".")[0]) >= 1
+#: ArviZ 1: results are ``xarray.DataTree`` and the statistics are in ``arviz_stats``
+#: (PSIS among them).
+ARVIZ_1: bool = int(az.__version__.split(".")[0]) >= 1
 
 # xarray's DataTree (xarray >= 2024.10); older xarray has none, and then no result is one.
 _DATATREE: type | tuple = getattr(xr, "DataTree", ())
@@ -128,7 +130,7 @@ def pareto_khat(log_weights: Any) -> float:
     if np.ptp(log_weights) < 1e-12 * max(1.0, float(np.max(np.abs(log_weights)))):
         return -np.inf
     try:
-        if _ARVIZ_1:
+        if ARVIZ_1:
             from arviz_stats.base import array_stats
 
             khat = array_stats.psislw(-log_weights, r_eff=1)[1]

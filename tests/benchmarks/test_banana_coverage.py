@@ -17,6 +17,7 @@ import xarray as xr
 from scipy.stats import truncnorm
 
 from benchmarks.banana_coverage import FUNNEL_SCALE, funnel_reference, measure
+from pymc_surrogate.compat import ARVIZ_1
 
 CHAINS, DRAWS = 2, 1000
 REF = funnel_reference()
@@ -27,7 +28,7 @@ def _result(draws: np.ndarray):
     d = draws.reshape(CHAINS, DRAWS, 2)
     posterior = xr.Dataset({"v": (("chain", "draw"), d[..., 0]),
                             "x": (("chain", "draw", "x_dim_0"), d[..., 1:])})
-    if int(az.__version__.split(".")[0]) < 1:  # ArviZ 1 keeps an InferenceData alias too
+    if not ARVIZ_1:  # (ArviZ 1 has an InferenceData alias of DataTree: no groups)
         return az.InferenceData(posterior=posterior)
     return xr.DataTree.from_dict({"posterior": posterior})
 
